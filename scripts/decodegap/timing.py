@@ -1,0 +1,64 @@
+"""Per-step timing: device events around the enqueued work, and the host clock from launch until
+the new token is on the host (what a streaming consumer waits for)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class StepTimer:
+    def __init__(self, device_type: str, capacity: int):
+        self.cuda = device_type == "cuda"
+        self.capacity = capacity
+        if self.cuda:
+            # Events are made up front: creating them inside the timed loop would be timed too.
+            self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+            self._ends = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+        self._host_ns: list[int] = []
+        self.tokens: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._host_ns)
+
+    def step(self, decoder) -> int:
+        i = len(self._host_ns)
+        if i >= self.capacity:
+            raise RuntimeError(f"timer capacity {self.capacity} exceeded")
+        t0 = time.perf_counter_ns()
+        if self.cuda:
+            self._starts[i].record()
+        decoder.launch()
+        if self.cuda:
+            self._ends[i].record()
+        token = decoder.read_token()
+        self._host_ns.append(time.perf_counter_ns() - t0)
+        self.tokens.append(token)
+        return token
+
+    def host_ms(self) -> list[float]:
+        return [ns / 1e6 for ns in self._host_ns]
+
+    def device_ms(self) -> list[float] | None:
+        """Event times; None on a CPU, which has no device clock apart from the host's."""
+        if not self.cuda:
+            return None
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(self._starts[: len(self)], self._ends[: len(self)])]
+
+
+def timed(fn, device_type: str) -> tuple[object, float, float | None]:
+    """Run fn() once; return (result, host ms, device ms or None)."""
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter_ns()
+        start.record()
+        result = fn()
+        end.record()
+        torch.cuda.synchronize()
+        return result, (time.perf_counter_ns() - t0) / 1e6, start.elapsed_time(end)
+    t0 = time.perf_counter_ns()
+    result = fn()
+    return result, (time.perf_counter_ns() - t0) / 1e6, None

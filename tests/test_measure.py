@@ -1,0 +1,144 @@
+"""A real measured session end to end on the CPU with tiny cards, and every invalid path."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from conftest import run_measure
+from decodegap import measure
+from decodegap.config import load_models
+from decodegap.record import read_session, schema_errors
+
+CARD = load_models()["tiny-llama"]
+
+
+def test_fresh_process_session_end_to_end(tmp_path):
+    proc = run_measure(tmp_path, mode="eager", ctx=48, session=2)
+    assert proc.returncode == 0, proc.stderr
+    path = tmp_path / "results/raw/cpu/tiny-llama/ctx48/sdpa_bf16_eager/s02.json"
+    rec = read_session(path)  # parses and validates against the schema
+    assert schema_errors(rec) == []
+    assert rec["status"] == "valid", rec["reasons"]
+    assert rec["cell"] == {"gpu": "cpu", "model": "tiny-llama", "ctx": 48, "attn": "sdpa", "quant": "bf16", "mode": "eager"}
+    assert rec["seed"] == 2 and rec["session"] == 2
+    (arm,) = rec["arms"]
+    assert len(arm["timed"]["host_ms"]) == 40 and len(arm["warmup"]["host_ms"]) == 2
+    assert arm["timed"]["device_ms"] is None  # a CPU has no device clock
+    assert len(arm["timed"]["tokens"]) == 40 and all(0 <= t < 512 for t in arm["timed"]["tokens"])
+    assert arm["final_position"] == arm["expected_position"] == 48 + 2 + 40
+    floor = rec["floor"]
+    assert floor["param_count"] == CARD.param_count()
+    assert floor["weight_bytes"] == 2 * CARD.param_count()
+    assert floor["weight_bytes_no_embedding"] == 2 * (CARD.param_count() - CARD.embedding_params())
+    assert floor["kv_bytes"] == 48 * CARD.kv_bytes_per_token()
+    assert floor["t_floor_s"] == pytest.approx((floor["weight_bytes"] + floor["kv_bytes"]) / 2.0e10)
+    assert floor["copy_bandwidth_Bps"] > 0
+    assert rec["code"]["sources_sha256"] and rec["code"]["files"]["scripts/decodegap/measure.py"]
+    assert rec["environment"]["libraries"]["torch"] == torch.__version__.split("+")[0] or rec["environment"]["libraries"]["torch"]
+    phases = rec["time"]["phases_s"]
+    assert {"imports", "build", "prefill", "warmup", "timed", "outside_timed_loop"} <= set(phases)
+    # one progress line per phase on stderr
+    for phase in ("bandwidth:", "build:", "prefill [eager]", "warm-up:", "timed [eager]", "valid:"):
+        assert phase in proc.stderr
+    assert oct(path.stat().st_mode & 0o777) == "0o444"
+
+
+def test_ab_session_alternates_arms_and_static_matches_eager_tokens(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, model="tiny-qwen", mode="ab-eager-static", session=1)
+    assert rc == 0 and rec["status"] == "valid", rec["reasons"]
+    assert rec["block_order"] == ["eager", "static", "static", "eager"] * 2
+    eager, static = rec["arms"]
+    assert [eager["mode"], static["mode"]] == ["eager", "static"]
+    assert len(eager["timed"]["host_ms"]) == len(static["timed"]["host_ms"]) == 4 * 6
+    assert eager["timed"]["block"][:6] == [0] * 6 and static["timed"]["block"][:6] == [1] * 6
+    # Same weights, same prompt: the static-cache step must compute the same tokens as eager.
+    assert eager["warmup"]["tokens"] + eager["timed"]["tokens"] == static["warmup"]["tokens"] + static["timed"]["tokens"]
+
+
+def test_graphed_on_cpu_is_an_invalid_record_not_a_crash(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, mode="graphed")
+    assert rc == 0
+    assert rec["status"] == "invalid" and rec["arms"] == []
+    assert rec["error"]["kind"] == "not possible"
+    assert any("needs CUDA graphs" in r for r in rec["reasons"])
+    assert schema_errors(rec) == []
+
+
+def test_backend_without_kernel_is_an_invalid_record(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, attn="sdpa-efficient")  # no efficient-attention kernel on a CPU
+    assert rc == 0 and rec["status"] == "invalid" and rec["error"]["kind"] == "no kernel"
+
+
+def test_too_few_samples_and_too_short_are_invalid(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, extra=["--timed-steps", "5", "--min-samples", "20", "--min-duration-s", "30"])
+    assert rc == 0 and rec["status"] == "invalid"
+    assert any(r.startswith("too few samples: eager has 5 < 20") for r in rec["reasons"])
+    assert any(r.startswith("too short:") for r in rec["reasons"])
+    assert len(rec["arms"][0]["timed"]["host_ms"]) == 5  # the samples are kept
+
+
+def test_out_of_memory_is_an_invalid_record(tmp_path, measure_main, monkeypatch):
+    def oom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr("decodegap.cards.build_model", oom)
+    rc, rec, _ = measure_main(tmp_path)
+    assert rc == 0 and rec["status"] == "invalid"
+    assert rec["reasons"] == ["out of memory: CUDA out of memory. Tried to allocate 20.00 GiB"]
+
+
+def test_unexpected_error_writes_nothing_and_propagates(tmp_path, measure_main, monkeypatch):
+    def bug(*a, **k):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr("decodegap.cards.build_model", bug)
+    with pytest.raises(ValueError, match="a bug"):
+        measure_main(tmp_path)
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_unexpected_error_exits_nonzero_with_traceback(tmp_path):
+    # A corrupt models file is unexpected at measurement time: the process must fail loudly.
+    bad = tmp_path / "models.yaml"
+    bad.write_text("tiny-llama: [unclosed")
+    proc = run_measure(tmp_path, extra=["--models", str(bad)])
+    assert proc.returncode == 2 and "not valid YAML" in proc.stderr and str(bad) in proc.stderr
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_existing_session_is_refused_before_measuring(tmp_path, measure_main):
+    rc, rec, path = measure_main(tmp_path)
+    before = path.read_bytes()
+    rc2 = measure.main(["--root", str(tmp_path), "--gpu", "cpu", "--model", "tiny-llama", "--ctx", "32", "--mode", "eager", "--session", "0"])
+    assert rc2 == 3 and path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpu", "h100"], "unknown gpu 'h100'.*did you mean"),
+        (["--model", "qwen-7b"], "unknown model 'qwen-7b'"),
+        (["--attn", "fa9"], "unknown attn 'fa9'"),
+        (["--quant", "int3"], "unknown quant 'int3'"),
+        (["--mode", "turbo"], "unknown mode 'turbo'"),
+        (["--gpu", "h200"], "needs CUDA"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_key(tmp_path, capsys, args, message):
+    base = {"--gpu": "cpu", "--model": "tiny-llama", "--ctx": "32", "--mode": "eager", "--session": "0"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    argv = ["--root", str(tmp_path)] + [x for kv in base.items() for x in kv]
+    assert measure.main(argv) == 2
+    import re
+
+    assert re.search(message, capsys.readouterr().err)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_ab_block_order_is_counterbalanced():
+    order = measure.ab_block_order(["eager", "graphed"], 4)
+    assert order == ["eager", "graphed", "graphed", "eager"] * 2
+    assert order.count("eager") == order.count("graphed") == 4
+    assert measure.ab_block_order(["eager"], 4) == []
