@@ -143,6 +143,19 @@ def foreign_processes(procs: list[dict] | None, own_pid: int | None = None) -> t
     return procs[1:], ["own process not listed by nvidia-smi (pid namespace?); foreign processes judged by count"]
 
 
+def host_snapshot() -> dict:
+    """Host CPU load now: eager decode is launch-bound, so a busy host slows it directly."""
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    try:
+        affinity = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {"loadavg_1_5_15": load, "cpu_affinity": affinity}
+
+
 def static_environment(device: str) -> dict:
     import torch
 

@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     log(f"cell gpu={args.gpu} model={args.model} ctx={args.ctx} attn={args.attn} quant={args.quant} mode={args.mode} session={args.session} -> {out}")
 
     from decodegap.codeversion import code_version
-    from decodegap.environment import foreign_processes, gpu_processes, gpu_uuid, static_environment
+    from decodegap.environment import foreign_processes, gpu_processes, gpu_uuid, host_snapshot, static_environment
     from decodegap.validity import judge_session
 
     session = Session(args, gpu, card, protocol)
@@ -288,6 +288,7 @@ def main(argv=None) -> int:
     session.gpu_before_timed = None
     env = static_environment(session.device)
     env["gpu_start"] = session.snapshot()
+    env["host_start"] = host_snapshot()
     log(f"environment: {env['gpu']['name'] if env['gpu'] else 'cpu'}, torch {torch.__version__}, transformers {env['libraries']['transformers']} (imports {import_s:.1f} s)")
 
     error = None
@@ -303,6 +304,7 @@ def main(argv=None) -> int:
 
     procs = gpu_processes(session.uuid) if session.device == "cuda" else []
     env["gpu_end"] = session.snapshot()
+    env["host_end"] = host_snapshot()
     env["gpu_before_timed"] = session.gpu_before_timed
     env["gpu_processes"] = procs
     foreign, proc_warnings = foreign_processes(procs) if session.device == "cuda" else ([], [])
