@@ -15,11 +15,11 @@ stop_pidfile() { # pidfile name
   local pf=$1 pid
   [ -s "$pf" ] || return 0
   pid=$(cat "$pf")
-  if kill -0 "$pid" 2>/dev/null; then
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]; then
     log "stopping $2 (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
+    if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]; then
       log "$2 did not exit, killing"
       kill -KILL "$pid" 2>/dev/null || true
     fi

@@ -3,7 +3,7 @@
 # localhost, with fake *typed* GPUs declared as gres so that jobs can request
 # e.g. `--gpus=h200:1` or `--gres=gpu:l4:1` on a machine that has no GPU.
 #
-#   sudo-less root only.  No systemd needed: daemons are started directly.
+#   Run as root.  No systemd needed: the daemons are started directly.
 #   Idempotent: running it again while the cluster is up is a no-op (it only
 #   restarts the daemons when the generated config changed).
 #
@@ -44,6 +44,9 @@ log() { printf '[slurm-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root"
+# one up.sh at a time
+exec 9>/run/slurm-ci-up.lock
+flock -w 300 9 || die "another up.sh holds /run/slurm-ci-up.lock"
 
 # --------------------------------------------------------------------------
 # 1. packages
@@ -88,7 +91,7 @@ munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 if ! munge_ok; then
   log "starting munged"
   rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock "$MUNGE_PID"
-  runuser -u munge -- /usr/sbin/munged
+  runuser -u munge -- /usr/sbin/munged 9>&-   # do not leak the lock fd into the daemon
   for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
   munge_ok || die "munged does not answer (see /var/log/munge/munged.log)"
 fi
@@ -113,7 +116,9 @@ gres_lines=""
 idx=0
 for t in $GPU_TYPES; do
   case "$t" in
-    *[!A-Za-z0-9_.-]*) die "gres type '$t' has characters SLURM/snakemake do not accept";;
+    # SLURM 22.05 accepts [A-Za-z0-9_.-] (tested); snakemake-executor-plugin-slurm
+    # 2.8.0 rejects '-' in gpu_model/gres (regex [a-zA-Z0-9_.]), so prefer '_' or '.'.
+    *[!A-Za-z0-9_.-]*) die "gres type '$t': only letters, digits, '_', '.', '-' are allowed";;
   esac
   first=$idx
   for _ in $(seq "$GPUS_PER_TYPE"); do
@@ -199,10 +204,18 @@ chown slurm:slurm "$LOGDIR/jobcomp.jsonl"
 # --------------------------------------------------------------------------
 # 4. daemons
 # --------------------------------------------------------------------------
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# pid file points at a live process with the expected name (guards against stale
+# pid files from an earlier boot whose pid got reused)
+pid_alive() { # pidfile [name]
+  local pid
+  [ -s "$1" ] || return 1
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null || return 1
+  [ -z "${2:-}" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+}
 stop_pidfile() { # pidfile name
   local pf=$1 pid
-  pid_alive "$pf" || return 0
+  pid_alive "$pf" "$2" || { rm -f "$pf"; return 0; }
   pid=$(cat "$pf")
   log "stopping $2 (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
@@ -216,16 +229,16 @@ if [ "$changed" = 1 ]; then
   stop_pidfile "$CTLD_PID" slurmctld
 fi
 
-if ! pid_alive "$CTLD_PID"; then
+if ! pid_alive "$CTLD_PID" slurmctld; then
   log "starting slurmctld"
-  /usr/sbin/slurmctld || die "slurmctld failed to start; see $LOGDIR/slurmctld.log"
+  /usr/sbin/slurmctld 9>&- || die "slurmctld failed to start; see $LOGDIR/slurmctld.log"
 fi
 for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.2; done
 scontrol ping 2>/dev/null | grep -q 'is UP' || { tail -n 30 "$LOGDIR/slurmctld.log" >&2; die "slurmctld not answering"; }
 
-if ! pid_alive "$SLURMD_PID"; then
+if ! pid_alive "$SLURMD_PID" slurmd; then
   log "starting slurmd"
-  /usr/sbin/slurmd -N "$NODE" || { tail -n 30 "$LOGDIR/slurmd.log" >&2; die "slurmd failed to start"; }
+  /usr/sbin/slurmd -N "$NODE" 9>&- || { tail -n 30 "$LOGDIR/slurmd.log" >&2; die "slurmd failed to start"; }
 fi
 
 # --------------------------------------------------------------------------
@@ -237,7 +250,7 @@ while :; do
   state=$(sinfo -h -N -n "$NODE" -o '%t' 2>/dev/null | head -n1 || true)
   case "$state" in
     idle|mix|alloc|comp) break;;
-    *drain*|drng|down*|fail*)
+    *drain*|drng|down*|fail*|inval*)
       if [ $resumed -lt 3 ]; then
         reason=$(sinfo -h -N -n "$NODE" -o '%E' 2>/dev/null || true)
         log "node state '$state' ($reason): resuming"

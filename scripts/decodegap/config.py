@@ -55,7 +55,7 @@ class GpuSpec:
     def from_dict(cls, key: str, entry: Mapping[str, Any], source: str | Path) -> "GpuSpec":
         if not isinstance(entry, Mapping):
             raise ConfigError(f"{source}: gpu '{key}' must be a mapping, got {type(entry).__name__}")
-        known = set(cls.__dataclass_fields__) - {"key"}
+        known = set(cls.__dataclass_fields__)
         unknown = set(entry) - known
         if unknown:
             raise ConfigError(f"{source}: gpu '{key}' has unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
@@ -70,7 +70,7 @@ class GpuSpec:
             raise ConfigError(f"{source}: gpu '{key}'.b_peak_Bps must be positive, got {b_peak}")
         if entry.get("device", "cuda") not in ("cuda", "cpu"):
             raise ConfigError(f"{source}: gpu '{key}'.device must be 'cuda' or 'cpu', got {entry['device']!r}")
-        fields = {k: v for k, v in entry.items() if v is not None}
+        fields = {k: v for k, v in entry.items() if v is not None and k != "key"}
         fields["b_peak_Bps"] = b_peak
         fields["slurm"] = dict(entry.get("slurm") or {})
         return cls(key=key, **fields)
@@ -85,6 +85,8 @@ def load_gpus(path: str | Path = GPUS_YAML, overrides: Mapping[str, Any] | None 
     for key, entry in (overrides or {}).items():
         if isinstance(entry, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = {**merged[key], **entry}
+            if isinstance(entry.get("slurm"), Mapping) and isinstance(table[key].get("slurm"), Mapping):
+                merged[key]["slurm"] = {**table[key]["slurm"], **entry["slurm"]}
         else:
             merged[key] = entry
     return {key: GpuSpec.from_dict(key, entry, path) for key, entry in merged.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import time
@@ -66,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--root", default=".", help="repository root the default --out is relative to")
     p.add_argument("--gpus", default=str(GPUS_YAML), help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--models", default=str(MODELS_YAML), help="model cards (default: config/models.yaml)")
+    p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU's fields, overriding its --gpus entry field by field (the workflow passes the user's merged table)")
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     p.add_argument("--timed-steps", type=int, default=d.timed_steps)
     p.add_argument("--ab-blocks", type=int, default=d.ab_blocks, help="blocks per arm in an A/B session")
@@ -247,7 +249,8 @@ def main(argv=None) -> int:
         )
         if out.exists():
             raise SessionExists(f"{out}: session already recorded; sessions are immutable (pick another --session)")
-        gpus, models = load_gpus(args.gpus), load_models(args.models)
+        overrides = {args.gpu: json.loads(args.gpu_spec)} if args.gpu_spec else None
+        gpus, models = load_gpus(args.gpus, overrides), load_models(args.models)
         gpu = lookup(gpus, args.gpu, "gpu", args.gpus)
         card = lookup(models, args.model, "model", args.models)
         from decodegap.attention import get_attention_path
@@ -258,6 +261,9 @@ def main(argv=None) -> int:
     except SessionExists as exc:
         log(f"refused: {exc}")
         return 3
+    except json.JSONDecodeError as exc:
+        log(f"error: --gpu-spec is not a JSON object: {exc}")
+        return 2
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2

@@ -1,0 +1,24 @@
+# decodegap: batch-1 LLM decode, from raw sessions on real GPUs to the paper's tables.
+# This file is the table of contents; each stage lives in workflow/rules/<stage>.smk.
+
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/measure.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/stats.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        PLAN.final_targets(),

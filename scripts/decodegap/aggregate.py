@@ -1,0 +1,166 @@
+"""Raw session JSON -> two Parquet tables with an explicit schema.
+
+sessions: one row per (session, arm): cell keys, status and reasons, floor inputs, environment and
+          code summary, and the raw file's path and sha256. A session that never ran an arm (an
+          expected failure) still has one row, arm = null, so invalid cells flow through.
+steps:    one row per timed step: cell keys, session, arm, step index, A/B block, host and device ms.
+
+A corrupt, truncated or foreign raw file, or one filed under another cell's folder, stops the run
+with an error naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from decodegap import paths
+from decodegap.codeversion import sha256_file
+from decodegap.errors import RawFileError
+from decodegap.record import read_session
+
+_KEY = pa.dictionary(pa.int32(), pa.string())
+CELL_FIELDS = [
+    pa.field("gpu", _KEY, nullable=False),
+    pa.field("model", _KEY, nullable=False),
+    pa.field("ctx", pa.int32(), nullable=False),
+    pa.field("attn", _KEY, nullable=False),
+    pa.field("quant", _KEY, nullable=False),
+    pa.field("mode", _KEY, nullable=False),
+    pa.field("session", pa.int32(), nullable=False),
+    pa.field("arm", _KEY),
+]
+SESSIONS_SCHEMA = pa.schema(
+    CELL_FIELDS
+    + [
+        pa.field("status", _KEY, nullable=False),
+        pa.field("reasons", pa.string(), nullable=False),  # "; "-joined
+        pa.field("warnings", pa.string(), nullable=False),
+        pa.field("error_kind", pa.string()),
+        pa.field("seed", pa.int64()),
+        pa.field("n_steps", pa.int32(), nullable=False),
+        pa.field("median_host_ms", pa.float64()),
+        pa.field("median_device_ms", pa.float64()),
+        pa.field("prefill_host_ms", pa.float64()),
+        pa.field("param_count", pa.int64()),
+        pa.field("weight_bytes", pa.int64()),
+        pa.field("weight_bytes_no_embedding", pa.int64()),
+        pa.field("kv_bytes", pa.int64()),
+        pa.field("b_peak_Bps", pa.float64()),
+        pa.field("copy_bandwidth_Bps", pa.float64()),
+        pa.field("t_floor_s", pa.float64()),
+        pa.field("t_floor_no_embedding_s", pa.float64()),
+        pa.field("gpu_name", pa.string()),
+        pa.field("driver", pa.string()),
+        pa.field("torch", pa.string()),
+        pa.field("transformers", pa.string()),
+        pa.field("code_commit", pa.string()),
+        pa.field("code_dirty", pa.bool_()),
+        pa.field("sources_sha256", pa.string()),
+        pa.field("started_utc", pa.string()),
+        pa.field("duration_s", pa.float64()),
+        pa.field("raw_path", pa.string(), nullable=False),
+        pa.field("raw_sha256", pa.string(), nullable=False),
+    ]
+)
+STEPS_SCHEMA = pa.schema(
+    CELL_FIELDS
+    + [
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("block", pa.int32()),
+        pa.field("host_ms", pa.float64(), nullable=False),
+        pa.field("device_ms", pa.float64()),
+    ]
+)
+
+
+def _median(xs):
+    if not xs:
+        return None
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def load_raw(path: str | Path) -> dict:
+    """A raw session, checked: schema, and cell keys that agree with the path it is filed under."""
+    record = read_session(path)
+    from_path = paths.parse_session_path(path)
+    if from_path is not None:
+        in_file = {**record["cell"], "session": record["session"]}
+        if from_path != in_file:
+            diff = {k: (from_path[k], in_file[k]) for k in from_path if from_path[k] != in_file[k]}
+            raise RawFileError(f"{path}: filed under another cell; (path, file) disagree on {diff}")
+    return record
+
+
+def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], list[dict]]:
+    cell = {**record["cell"], "session": record["session"]}
+    floor = record.get("floor") or {}
+    env, code = record["environment"], record["code"]
+    common = {
+        "status": record["status"],
+        "reasons": "; ".join(record["reasons"]),
+        "warnings": "; ".join(record["warnings"]),
+        "error_kind": (record.get("error") or {}).get("kind"),
+        "seed": record["seed"],
+        **{k: floor.get(k) for k in ("param_count", "weight_bytes", "weight_bytes_no_embedding", "kv_bytes", "copy_bandwidth_Bps", "t_floor_s", "t_floor_no_embedding_s")},
+        "b_peak_Bps": floor.get("b_peak_Bps", record["gpu_spec"]["b_peak_Bps"]),
+        "gpu_name": (env.get("gpu") or {}).get("name") or env.get("device_type"),
+        "driver": (env.get("gpu") or {}).get("driver"),
+        "torch": env["libraries"].get("torch"),
+        "transformers": env["libraries"].get("transformers"),
+        "code_commit": code.get("commit"),
+        "code_dirty": code.get("dirty"),
+        "sources_sha256": code.get("sources_sha256"),
+        "started_utc": record["time"]["started_utc"],
+        "duration_s": record["time"]["duration_s"],
+        "raw_path": Path(path).as_posix(),
+        "raw_sha256": sha256,
+    }
+    sessions, steps = [], []
+    for arm in record["arms"] or [None]:
+        if arm is None:
+            sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "prefill_host_ms": None, **common})
+            continue
+        timed = arm["timed"]
+        host, device = timed["host_ms"], timed["device_ms"]
+        sessions.append(
+            {
+                **cell, "arm": arm["mode"], "n_steps": len(host), "median_host_ms": _median(host),
+                "median_device_ms": _median(device) if device else None,
+                "prefill_host_ms": arm["prefill"]["host_ms"], **common,
+            }
+        )
+        blocks = timed.get("block") or [None] * len(host)
+        device = device or [None] * len(host)
+        for i, (h, d, b) in enumerate(zip(host, device, blocks)):
+            steps.append({**cell, "arm": arm["mode"], "step": i, "block": b, "host_ms": h, "device_ms": d})
+    return sessions, steps
+
+
+def aggregate(raw_files: list[str | Path]) -> tuple[pa.Table, pa.Table]:
+    sessions, steps = [], []
+    for path in sorted(raw_files, key=lambda p: Path(p).as_posix()):
+        record = load_raw(path)
+        s, t = rows_of(record, path, sha256_file(path))
+        sessions += s
+        steps += t
+    return pa.Table.from_pylist(sessions, schema=SESSIONS_SCHEMA), pa.Table.from_pylist(steps, schema=STEPS_SCHEMA)
+
+
+def write_tables(raw_files, sessions_out: str | Path, steps_out: str | Path) -> None:
+    sessions, steps = aggregate(raw_files)
+    for table, out in ((sessions, sessions_out), (steps, steps_out)):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, out)
+
+
+def concat(parquet_files: list[str | Path], schema: pa.Schema, out: str | Path) -> None:
+    """One table from per-cell tables (the combined view users load)."""
+    tables = [pq.read_table(p, schema=schema) for p in parquet_files]
+    table = pa.concat_tables(tables).unify_dictionaries() if tables else schema.empty_table()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)

@@ -1,0 +1,146 @@
+"""Figures (seaborn, one shared style, PDF and PNG). Published points of the paper are drawn beside
+measured ones, hollow and labelled "published", so a GPU without measurements still has its place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from decodegap.tables import load_stats  # noqa: E402
+
+MODE_MARKERS = {"eager": "o", "static": "D", "graphed": "s"}
+
+
+def style() -> None:
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": 150, "savefig.bbox": "tight", "pdf.fonttype": 42})
+
+
+def save(fig, outputs) -> None:
+    for out in outputs:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        # No timestamps in the files: a rebuild from the same stats gives the same bytes.
+        meta = {"CreationDate": None} if str(out).endswith(".pdf") else {"Software": None}
+        fig.savefig(out, metadata=meta)
+    plt.close(fig)
+
+
+def _measured_arms(stats: list[dict]) -> pd.DataFrame:
+    rows = []
+    for s in stats:
+        for scope in ("valid", "all"):
+            for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
+                if a:
+                    rows.append({**s["cell"], "arm": arm, "scope": scope, "status": s["status"], **{k: a[k] for k in ("median_ms", "ci_low_ms", "ci_high_ms", "r_floor", "b_peak_Bps")}})
+    return pd.DataFrame(rows)
+
+
+def _best_scope(df: pd.DataFrame) -> pd.DataFrame:
+    """Valid sessions where a cell has any, else all sessions (drawn as flagged)."""
+    if df.empty:
+        return df
+    df = df.sort_values("scope", key=lambda s: s.map({"valid": 0, "all": 1}))
+    return df.groupby(["gpu", "model", "ctx", "attn", "quant", "mode", "arm"], as_index=False).first()
+
+
+def ladder(stats_files, reference: list[dict], gpus: dict, headline_model: str, headline_ctx: int, outputs) -> None:
+    """R_floor against datasheet bandwidth: the paper's inverted ladder, measured and published."""
+    style()
+    df = _best_scope(_measured_arms(load_stats(stats_files)))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    if not df.empty:
+        df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & (df["mode"] == df["arm"])]
+    for _, r in df.iterrows():
+        flagged = r["scope"] != "valid"
+        ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], marker=MODE_MARKERS.get(r["arm"], "o"), s=45,
+                   color=sns.color_palette()[0 if r["arm"] == "eager" else 1], alpha=0.45 if flagged else 1.0,
+                   label=f"measured, {r['arm']}" + (" (flagged)" if flagged else ""))
+    for f in reference:
+        if f["quantity"] == "r_floor" and f.get("gpu") in gpus:
+            ax.scatter(gpus[f["gpu"]]["b_peak_Bps"] / 1e9, f["value"], marker=MODE_MARKERS.get(f.get("mode") or "eager", "o"),
+                       s=45, facecolors="none", edgecolors="black", label=f"published, {f.get('mode') or 'mode unstated'}")
+    shown = sorted((g["b_peak_Bps"] / 1e9, g["display_name"]) for key, g in gpus.items() if key != "cpu")
+    ax.set_xscale("log")
+    ax.set_xticks([bw for bw, _ in shown], [f"{name}\n{bw:.0f}" for bw, name in shown], fontsize=7, rotation=30, ha="right")
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("datasheet peak memory bandwidth (GB/s)")
+    ax.set_ylabel(r"$R_\mathrm{floor} = t_\mathrm{floor} / t_\mathrm{obs}$")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{headline_model}, ctx {headline_ctx}, batch 1", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper right")
+    save(fig, outputs)
+
+
+def context(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """ms/step against context length, one panel per GPU, one line per model and mode."""
+    style()
+    df = _best_scope(_measured_arms(load_stats(stats_files)))
+    gpu_keys = list(dict.fromkeys(df["gpu"])) if not df.empty else []
+    fig, axes = plt.subplots(1, max(1, len(gpu_keys)), figsize=(4.2 * max(1, len(gpu_keys)), 3.4), squeeze=False)
+    if df.empty:
+        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+    palette = dict(zip(models, sns.color_palette(n_colors=len(models))))
+    for ax, gpu in zip(axes[0], gpu_keys):
+        sub = df[(df["gpu"] == gpu) & (df["mode"] == df["arm"])]
+        for (model, arm), g in sub.groupby(["model", "arm"]):
+            g = g.sort_values("ctx")
+            ax.errorbar(g["ctx"], g["median_ms"], yerr=[g["median_ms"] - g["ci_low_ms"], g["ci_high_ms"] - g["median_ms"]],
+                        marker=MODE_MARKERS.get(arm, "o"), ls="-" if arm == "graphed" else "--", color=palette.get(model),
+                        label=f"{models[model]['display_name']}, {arm}", ms=4, capsize=2)
+            flagged = g[g["scope"] != "valid"]
+            ax.scatter(flagged["ctx"], flagged["median_ms"], marker="x", color="black", s=18, zorder=5,
+                       label="flagged invalid" if len(flagged) else None)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(df["ctx"].unique()), [str(c) for c in sorted(df["ctx"].unique())])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_title(gpus[gpu]["display_name"], fontsize=9)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("ms/step (median, 95 % CI)")
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=6)
+    save(fig, outputs)
+
+
+def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
+    """A/B speedups with their intervals: measured (valid and all sessions) and published."""
+    style()
+    rows = []
+    for s in load_stats(stats_files):
+        for scope in ("valid", "all"):
+            sp = (s.get(scope) or {}).get("speedup")
+            if sp and sp.get("estimate") is not None:
+                ci = sp.get("bca") or sp.get("percentile")
+                rows.append({"label": f"{gpus[s['cell']['gpu']]['display_name']}\nmeasured, {scope} (n={sp['n_sessions']})",
+                             "x": sp["estimate"], "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "published": False})
+    for f in reference:
+        if f["quantity"] == "speedup" and str(f.get("mode") or "").startswith("ab-") and f.get("gpu") in gpus:
+            lo = next((g["value"] for g in reference if g["quantity"] == "speedup_ci_low" and g["gpu"] == f["gpu"]), None)
+            hi = next((g["value"] for g in reference if g["quantity"] == "speedup_ci_high" and g["gpu"] == f["gpu"]), None)
+            rows.append({"label": f"{gpus[f['gpu']]['display_name']}\npublished", "x": f["value"], "lo": lo, "hi": hi, "published": True})
+    fig, ax = plt.subplots(figsize=(5.5, 0.55 * max(3, len(rows)) + 0.8))
+    for i, r in enumerate(rows):
+        if r["lo"] is not None:
+            ax.plot([r["lo"], r["hi"]], [i, i], color="black", lw=1.2)
+        ax.scatter(r["x"], i, s=40, marker="o", facecolors="none" if r["published"] else sns.color_palette()[1], edgecolors="black")
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
+    ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("speedup of CUDA graphs over eager (95 % CI; hollow = published)")
+    if not rows:
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    save(fig, outputs)

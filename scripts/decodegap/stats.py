@@ -1,0 +1,199 @@
+"""Statistics of one cell, from its per-cell Parquet tables.
+
+- ms/step: the median of the steps pooled over sessions, with a 95 % hierarchical bootstrap interval
+  (resample sessions with replacement, then steps within each resampled session). The session is
+  the unit of replication (a fresh process), so it is resampled first.
+- R_floor = t_floor / t_obs with t_floor = (W + K) / B_peak: W and K as measured in the session,
+  B_peak from the GPU table of the analysis config (a user may correct a datasheet figure without
+  re-measuring). Its interval maps the ms/step interval through the monotone 1/x.
+- tokens/s and cost per million tokens (from the GPU's price per hour, where the table has one).
+- A/B cells: the speedup of arm B over arm A is the mean over sessions of each session's paired
+  ratio median(A)/median(B); its percentile and BCa intervals resample sessions (scipy, seeded).
+
+Everything is vectorised over resamples: no Python loop per resample. Statistics are computed twice
+where it matters: over valid sessions (the default the tables show) and over all sessions that ran,
+so that sessions flagged invalid stay visible instead of silently vanishing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    n_resamples: int = 2000
+    seed: int = 20261129
+    confidence: float = 0.95
+    time_source: str = "host"  # host: launch to token on the host (what a consumer waits); device: events
+
+
+def _padded(samples_by_session: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.array([len(s) for s in samples_by_session])
+    padded = np.full((len(samples_by_session), lengths.max()), np.nan)
+    for i, s in enumerate(samples_by_session):
+        padded[i, : len(s)] = s
+    return padded, lengths
+
+
+def hierarchical_bootstrap_medians(samples_by_session: list[np.ndarray], n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap distribution (n_resamples,) of the pooled median: sessions, then steps, resampled."""
+    padded, lengths = _padded(samples_by_session)
+    n_sessions, max_len = padded.shape
+    chosen = rng.integers(0, n_sessions, size=(n_resamples, n_sessions))  # (B, S)
+    chosen_len = lengths[chosen]  # (B, S)
+    steps = np.floor(rng.random((n_resamples, n_sessions, max_len)) * chosen_len[..., None]).astype(np.int64)
+    draws = padded[chosen[..., None], steps]  # (B, S, M)
+    draws[np.arange(max_len)[None, None, :] >= chosen_len[..., None]] = np.nan  # each session keeps its own length
+    return np.nanmedian(draws.reshape(n_resamples, -1), axis=1)
+
+
+def median_with_ci(samples_by_session: list[np.ndarray], cfg: StatsConfig, rng: np.random.Generator) -> dict:
+    pooled = np.concatenate(samples_by_session)
+    boot = hierarchical_bootstrap_medians(samples_by_session, cfg.n_resamples, rng)
+    alpha = (1 - cfg.confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return {"median_ms": float(np.median(pooled)), "ci_low_ms": float(lo), "ci_high_ms": float(hi),
+            "n_sessions": len(samples_by_session), "n_steps": int(pooled.size)}
+
+
+def speedup_with_ci(per_session: np.ndarray, cfg: StatsConfig, rng: np.random.Generator) -> dict:
+    """Mean paired speedup over sessions, with percentile and BCa intervals over sessions."""
+    from scipy import stats as sps
+
+    out = {"n_sessions": int(per_session.size), "per_session": [float(x) for x in per_session],
+           "estimate": float(per_session.mean()) if per_session.size else None,
+           "percentile": None, "bca": None}
+    if per_session.size < 2 or np.ptp(per_session) == 0:
+        return out  # an interval over fewer than two distinct sessions means nothing
+    for method, key in (("percentile", "percentile"), ("BCa", "bca")):
+        res = sps.bootstrap(
+            (per_session,), np.mean, vectorized=True, n_resamples=cfg.n_resamples,
+            confidence_level=cfg.confidence, method=method, rng=rng,
+        )
+        ci = res.confidence_interval
+        out[key] = [float(ci.low), float(ci.high)] if np.isfinite([ci.low, ci.high]).all() else None
+    return out
+
+
+def _time_column(cfg: StatsConfig) -> str:
+    return "device_ms" if cfg.time_source == "device" else "host_ms"
+
+
+def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, cfg: StatsConfig, rng) -> dict | None:
+    """ms/step, R_floor, tokens/s and cost for one arm over the given sessions; None without steps."""
+    col = _time_column(cfg)
+    sel = steps[steps["arm"] == arm]
+    by_session = [g[col].to_numpy(dtype=float) for _, g in sel.groupby("session", sort=True, observed=True) if len(g)]
+    by_session = [s[~np.isnan(s)] for s in by_session]
+    by_session = [s for s in by_session if s.size]
+    if not by_session:
+        return None
+    out = median_with_ci(by_session, cfg, rng)
+    srow = sessions[sessions["arm"] == arm].iloc[0]
+    w, w_noemb, k = srow["weight_bytes"], srow["weight_bytes_no_embedding"], srow["kv_bytes"]
+    b_peak = float(gpu["b_peak_Bps"])
+    t_floor_ms = (w + k) / b_peak * 1e3
+    t_floor_noemb_ms = (w_noemb + k) / b_peak * 1e3
+    copy_Bps = float(sessions.loc[sessions["arm"] == arm, "copy_bandwidth_Bps"].median())
+    price = gpu.get("price_usd_per_hour")
+    out.update(
+        t_floor_ms=t_floor_ms,
+        t_floor_no_embedding_ms=t_floor_noemb_ms,
+        r_floor=t_floor_ms / out["median_ms"],
+        r_floor_ci=[t_floor_ms / out["ci_high_ms"], t_floor_ms / out["ci_low_ms"]],
+        r_floor_no_embedding=t_floor_noemb_ms / out["median_ms"],
+        r_ceiling=((w + k) / copy_Bps * 1e3) / out["median_ms"] if copy_Bps > 0 else None,
+        copy_bandwidth_Bps=copy_Bps,
+        b_peak_Bps=b_peak,
+        weight_bytes=int(w),
+        weight_bytes_no_embedding=int(w_noemb),
+        kv_bytes=int(k),
+        tokens_per_s=1e3 / out["median_ms"],
+        cost_usd_per_mtok=price * out["median_ms"] / 3.6 if price else None,
+        sessions=sorted(int(s) for s in sel["session"].unique()),
+    )
+    return out
+
+
+def _session_list(sessions: pd.DataFrame) -> list[dict]:
+    firsts = sessions.sort_values(["session", "arm"]).groupby("session", observed=True).first().reset_index()
+    return [
+        {"session": int(r.session), "status": r.status, "reasons": r.reasons, "raw_path": r.raw_path, "raw_sha256": r.raw_sha256,
+         "gpu_name": r.gpu_name, "driver": r.driver, "torch": r.torch, "transformers": r.transformers,
+         "code_commit": r.code_commit, "code_dirty": None if pd.isna(r.code_dirty) else bool(r.code_dirty), "started_utc": r.started_utc}
+        for r in firsts.itertuples()
+    ]
+
+
+def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dict, cfg: StatsConfig) -> dict:
+    """The statistics record of one cell (JSON-ready)."""
+    from decodegap.modes import arms_of
+
+    rng = np.random.default_rng(cfg.seed)
+    arms = arms_of(cell["mode"])
+    listing = _session_list(sessions) if len(sessions) else []
+    valid_ids = {s["session"] for s in listing if s["status"] == "valid"}
+    ran_ids = set(steps["session"].unique().tolist()) if len(steps) else set()
+    out = {
+        "cell": cell,
+        "kind": "ab" if len(arms) == 2 else "single",
+        "arms": arms,
+        "time_source": cfg.time_source,
+        "gpu_spec": gpu,
+        "config": {"n_resamples": cfg.n_resamples, "seed": cfg.seed, "confidence": cfg.confidence},
+        "n_sessions": len(listing),
+        "n_valid": len(valid_ids),
+        "status": "valid" if valid_ids else ("invalid" if listing else "not measured"),
+        "invalid_reasons": [f"s{s['session']:02d}: {s['reasons']}" for s in listing if s["status"] != "valid"],
+        "sessions": listing,
+        "valid": {},
+        "all": {},
+    }
+    for scope, ids in (("valid", valid_ids), ("all", ran_ids)):
+        if not ids:
+            continue
+        s_sel = sessions[sessions["session"].isin(ids)]
+        t_sel = steps[steps["session"].isin(ids)]
+        per_arm = {arm: arm_stats(s_sel, t_sel, arm, gpu, cfg, rng) for arm in arms}
+        out[scope]["arms"] = per_arm
+        if len(arms) == 2 and all(per_arm.values()):
+            col = _time_column(cfg)
+            med = t_sel.groupby(["session", "arm"], observed=True)[col].median().unstack("arm")
+            med = med.dropna(subset=arms)
+            ratios = (med[arms[0]] / med[arms[1]]).to_numpy(dtype=float)
+            out[scope]["speedup"] = {"of": arms[1], "over": arms[0], "sessions": [int(i) for i in med.index], **speedup_with_ci(ratios, cfg, rng)}
+    return out
+
+
+def _plain(x):
+    """JSON-ready: numpy scalars and arrays to Python numbers and lists."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def write_cell_stats(sessions_parquet, steps_parquet, wildcards: dict, gpu: dict, stats_cfg: dict, out) -> dict:
+    import json
+    from pathlib import Path
+
+    sessions = pd.read_parquet(sessions_parquet)
+    steps = pd.read_parquet(steps_parquet)
+    for df in (sessions, steps):
+        for col in ("gpu", "model", "attn", "quant", "mode", "arm", "status"):
+            if col in df:
+                df[col] = df[col].astype(object)
+    cell = {k: wildcards[k] for k in ("gpu", "model", "attn", "quant", "mode")}
+    cell["ctx"] = int(wildcards["ctx"])
+    cell = {k: cell[k] for k in ("gpu", "model", "ctx", "attn", "quant", "mode")}
+    result = _plain(cell_stats(sessions, steps, cell, dict(gpu), StatsConfig(**stats_cfg)))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    return result

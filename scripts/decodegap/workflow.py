@@ -1,0 +1,189 @@
+"""What the Snakefile needs, importable and tested: the validated config, the cells it names, and
+every target path. workflow/rules/common.smk is a thin layer over this module.
+
+Derived paths mirror the raw path grammar under their stage:
+    results/cells/<cell>/{sessions,steps}.parquet   aggregate
+    results/stats/<cell>/stats.json                 statistics
+with <cell> = {gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decodegap import paths
+from decodegap.config import GPUS_YAML, MODELS_YAML, REPO_ROOT, load_gpus, load_models, load_yaml
+from decodegap.errors import ConfigError
+
+CONFIG_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+CELL = "{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}"
+CELL_SESSIONS = "results/cells/" + CELL + "/sessions.parquet"
+CELL_STEPS = "results/cells/" + CELL + "/steps.parquet"
+CELL_STATS = "results/stats/" + CELL + "/stats.json"
+ALL_SESSIONS = "results/aggregate/sessions.parquet"
+ALL_STEPS = "results/aggregate/steps.parquet"
+MEASURE_LOG = "logs/measure/" + CELL + "/s{session}.log"
+
+
+def schema_with_keys(gpu_keys, model_keys) -> dict:
+    """The config schema with the gpu/model enums replaced by the keys the tables really hold."""
+    schema = copy.deepcopy(load_yaml(CONFIG_SCHEMA))
+    schema["$defs"]["gpu_key"]["enum"] = sorted(gpu_keys)
+    schema["$defs"]["model_key"]["enum"] = sorted(model_keys)
+    return schema
+
+
+def _fill_defaults(schema: dict, node: dict) -> None:
+    for key, sub in schema.get("properties", {}).items():
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        if isinstance(node.get(key), dict) and sub.get("type") == "object":
+            _fill_defaults(sub, node[key])
+
+
+def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) -> dict:
+    """Check `config` against the schema; fill defaults; raise ConfigError naming the key."""
+    import jsonschema
+
+    raw_gpus = load_yaml(gpus_yaml) or {}
+    overrides = config.get("gpus") or {}
+    models = load_models(models_yaml)
+    schema = schema_with_keys(set(raw_gpus) | set(overrides), set(models))
+    config = copy.deepcopy(config)
+    _fill_defaults(schema, config)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:8]:
+            where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+            if e.validator == "additionalProperties":
+                lines.append(f"{where}: {e.message} (allowed: {', '.join(sorted(e.schema.get('properties', {})))})")
+            elif e.validator == "enum":
+                lines.append(f"{where}: {e.instance!r} is not one of {', '.join(map(str, e.validator_value))}")
+            else:
+                lines.append(f"{where}: {e.message}")
+        raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(lines))
+    load_gpus(gpus_yaml, overrides)  # field checks on the merged GPU table
+    return config
+
+
+@dataclass(frozen=True)
+class Cell:
+    gpu: str
+    model: str
+    ctx: int
+    attn: str
+    quant: str
+    mode: str
+
+    @property
+    def keys(self) -> dict:
+        return {"gpu": self.gpu, "model": self.model, "ctx": self.ctx, "attn": self.attn, "quant": self.quant, "mode": self.mode}
+
+    @property
+    def dir(self) -> str:
+        return CELL.format(**self.keys)
+
+    def raw_path(self, session: int) -> str:
+        return paths.session_path(session=session, **self.keys).as_posix()
+
+    @property
+    def stats(self) -> str:
+        return CELL_STATS.format(**self.keys)
+
+    @property
+    def sessions_parquet(self) -> str:
+        return CELL_SESSIONS.format(**self.keys)
+
+    @property
+    def steps_parquet(self) -> str:
+        return CELL_STEPS.format(**self.keys)
+
+
+class Plan:
+    """The cells a config names, which sessions each wants, and every target path."""
+
+    def __init__(self, config: dict, root: str | Path = ".", gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML):
+        self.config = validate_config(config, gpus_yaml, models_yaml)
+        self.root = Path(root)
+        self.gpus = load_gpus(gpus_yaml, self.config.get("gpus"))
+        self.models = load_models(models_yaml)
+        m = self.config["matrix"]
+        self.matrix = [
+            Cell(g, mo, c, a, q, md)
+            for g in m["gpus"] for mo in m["models"] for c in m["ctx"] for a in m["attn"] for q in m["quant"] for md in m["modes"]
+        ]
+        self.ab = {}
+        for exp in self.config["ab"]:
+            for g in exp["gpus"]:
+                self.ab[Cell(g, exp["model"], exp["ctx"], exp["attn"], exp["quant"], exp["mode"])] = exp
+        self.wanted = {c: m["sessions"] for c in self.matrix}
+        for c, exp in self.ab.items():
+            self.wanted[c] = max(self.wanted.get(c, 0), exp["sessions"])
+
+    @property
+    def measure(self) -> bool:
+        return bool(self.config["measure"])
+
+    def existing_sessions(self, cell: Cell) -> list[str]:
+        folder = self.root / paths.session_path(session=0, **cell.keys).parent
+        if not folder.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in folder.glob("s*.json") if paths.parse_session_path(p))
+
+    def raw_files(self, cell: Cell) -> list[str]:
+        """The sessions a cell's analysis reads: all wanted ones when measuring (missing ones become
+        measurement jobs), else only those already recorded (never a job for a GPU we lack)."""
+        existing = self.existing_sessions(cell)
+        if not self.measure:
+            return existing
+        wanted = [cell.raw_path(s) for s in range(self.wanted[cell])]
+        return sorted(set(wanted) | set(existing))
+
+    def cells(self) -> list[Cell]:
+        return list(dict.fromkeys(self.matrix + list(self.ab)))
+
+    def analysed(self, cells=None) -> list[Cell]:
+        """Cells with something to analyse (all of them when measuring)."""
+        return [c for c in (cells if cells is not None else self.cells()) if self.raw_files(c)]
+
+    def cell_from_wildcards(self, w) -> Cell:
+        return Cell(w.gpu, w.model, int(w.ctx), w.attn, w.quant, w.mode)
+
+    # --- report targets ------------------------------------------------------------------
+    def matrix_gpus(self) -> list[str]:
+        """GPUs with a matrix table: those with any measured (or, when measuring, wanted) cell."""
+        return [g for g in self.config["matrix"]["gpus"] if any(c.gpu == g for c in self.analysed(self.matrix))]
+
+    def matrix_stats(self, gpu: str | None = None) -> list[str]:
+        return [c.stats for c in self.analysed(self.matrix) if gpu is None or c.gpu == gpu]
+
+    def headline_stats(self) -> list[str]:
+        """The ladder's cells: every GPU and mode at the headline model and context."""
+        r = self.config["report"]
+        return [c.stats for c in self.analysed(self.matrix) if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]]
+
+    def ab_stats(self) -> list[str]:
+        return [c.stats for c in self.analysed(list(self.ab))]
+
+    def tables(self) -> dict[str, str]:
+        out = {f"matrix_{g}": f"report/tables/matrix_{g}.tex" for g in self.matrix_gpus()}
+        out["ab"] = "report/tables/ab.tex"
+        out["published"] = "report/tables/published.tex"
+        return out
+
+    def figures(self) -> dict[str, list[str]]:
+        return {name: [f"report/figures/{name}.pdf", f"report/figures/{name}.png"] for name in ("ladder", "context", "ab")}
+
+    def final_targets(self) -> list[str]:
+        return ["report/paper_tables.tex", "report/provenance.json", ALL_SESSIONS, ALL_STEPS]
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False)

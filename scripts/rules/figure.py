@@ -1,0 +1,21 @@
+# Snakemake entry point: one figure (ladder, context or ab), PDF and PNG.
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")
+from decodegap import figures  # noqa: E402
+from decodegap.reference import load_reference  # noqa: E402
+from decodegap.rulelog import run_rule  # noqa: E402
+
+p = snakemake.params
+
+
+def body():
+    if p.name == "ladder":
+        figures.ladder(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.headline_model, p.headline_ctx, snakemake.output)
+    elif p.name == "context":
+        figures.context(snakemake.input.stats, p.gpus, p.models, snakemake.output)
+    else:
+        figures.ab(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
+
+
+run_rule(snakemake, body)

@@ -1,0 +1,21 @@
+# Snakemake entry point: one LaTeX table and the sidecar of the numbers it rendered.
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")
+from decodegap import tables  # noqa: E402
+from decodegap.reference import load_reference  # noqa: E402
+from decodegap.rulelog import run_rule  # noqa: E402
+
+p, out = snakemake.params, snakemake.output
+
+
+def body():
+    if p.name == "matrix":
+        tables.matrix_table(snakemake.wildcards.gpu, snakemake.input.stats, p.cells, p.gpu, p.models, out.tex, out.numbers)
+    elif p.name == "ab":
+        tables.ab_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+    else:
+        tables.published_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+
+
+run_rule(snakemake, body)

@@ -1,0 +1,104 @@
+# Helpers and target lists. The logic lives in scripts/decodegap/workflow.py (tested); this file
+# binds it to Snakemake: config validation at parse time, the path grammar, input functions.
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+
+from decodegap import paths
+from decodegap.errors import DecodegapError
+from decodegap.workflow import (
+    ALL_SESSIONS,
+    ALL_STEPS,
+    CELL_SESSIONS,
+    CELL_STATS,
+    CELL_STEPS,
+    MEASURE_LOG,
+    Plan,
+)
+
+try:
+    PLAN = Plan(config)  # validates config against workflow/schemas/config.schema.yaml
+except DecodegapError as exc:
+    raise WorkflowError(str(exc)) from None
+config = PLAN.config  # with schema defaults filled in
+
+
+wildcard_constraints:
+    **paths.WILDCARD_CONSTRAINTS,
+
+
+def repo_path(rel):
+    """A file of this repository, relative to the working directory (which may be elsewhere)."""
+    return os.path.relpath(Path(workflow.basedir) / rel)
+
+
+ANALYSIS_ENV = "../../envs/analysis.yaml"
+MEASURE_ENV = "../../envs/measure.yaml"
+SCRIPTS_DIR = repo_path("scripts")
+REFERENCE = repo_path("config/reference/paper.yaml")
+MODELS_YAML = repo_path("config/models.yaml")
+GPUS_YAML = repo_path("config/gpus.yaml")
+GPU_TABLE = {k: vars(v) for k, v in PLAN.gpus.items()}
+MODEL_TABLE = {k: {"display_name": m.display_name} for k, m in PLAN.models.items()}
+# The analysis code: an input of every analysis rule, so that editing it reruns the analysis
+# (never a measurement: the measure rule has no inputs at all).
+ANALYSIS_CODE = sorted(
+    repo_path(p.relative_to(workflow.basedir))
+    for pattern in ("scripts/decodegap/*.py", "scripts/decodegap/templates/*.j2")
+    for p in Path(workflow.basedir).glob(pattern)
+    if p.name not in ("measure.py", "batch.py")
+)
+FIGURE_CAPTIONS = {
+    "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
+    "context": "Step time against context length per GPU, model and decode mode (median and 95 % bootstrap interval; crosses: sessions flagged invalid).",
+    "ab": "CUDA Graphs A/B: speedup of graphed over eager decode with its 95 % bootstrap interval (hollow: published).",
+}
+FIGURE_LIST = [
+    {"name": n, "path": pdf, "caption": FIGURE_CAPTIONS[n]}
+    for n, (pdf, _png) in PLAN.figures().items()
+]
+
+
+def cell_raw_files(wildcards):
+    return PLAN.raw_files(PLAN.cell_from_wildcards(wildcards))
+
+
+def cell_gpu_spec(wildcards):
+    return GPU_TABLE[wildcards.gpu]
+
+
+def matrix_stats_of_gpu(wildcards):
+    return PLAN.matrix_stats(wildcards.gpu)
+
+
+def matrix_cells_of_gpu(wildcards):
+    return [c.keys for c in PLAN.matrix if c.gpu == wildcards.gpu]
+
+
+def measure_args(wildcards):
+    """Protocol flags and the GPU's merged spec (user overrides included) for the measurement."""
+    protocol = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in config["protocol"].items())
+    spec = shlex.quote(json.dumps(GPU_TABLE[wildcards.gpu]))
+    return f"{protocol} --gpus {GPUS_YAML} --models {MODELS_YAML} --gpu-spec {spec}"
+
+
+def gpu_resource(wildcards, field, default=None):
+    """SLURM request for the GPU a cell names (config/gpus.yaml `slurm:` block)."""
+    return PLAN.gpus[wildcards.gpu].slurm.get(field) or default
+
+
+def measure_gpu_model(wildcards):
+    return gpu_resource(wildcards, "gpu_model")
+
+
+def measure_runtime(wildcards):
+    return gpu_resource(wildcards, "runtime_min", 30)
+
+
+def measure_mem_mb(wildcards):
+    return gpu_resource(wildcards, "mem_mb", 64000)

@@ -1,0 +1,60 @@
+# Figures: one rule per figure, each reading only the statistics it draws.
+
+
+rule figure_ladder:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.headline_stats(),
+        reference=REFERENCE,
+    output:
+        report("report/figures/ladder.pdf", caption="../report/ladder.rst", category="Figures"),
+        "report/figures/ladder.png",
+    log:
+        "logs/figures/ladder.log",
+    params:
+        name="ladder",
+        gpus=GPU_TABLE,
+        headline_model=config["report"]["headline_model"],
+        headline_ctx=config["report"]["headline_ctx"],
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../../scripts/rules/figure.py"
+
+
+rule figure_context:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats(),
+    output:
+        report("report/figures/context.pdf", caption="../report/context.rst", category="Figures"),
+        "report/figures/context.png",
+    log:
+        "logs/figures/context.log",
+    params:
+        name="context",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../../scripts/rules/figure.py"
+
+
+rule figure_ab:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.ab_stats(),
+        reference=REFERENCE,
+    output:
+        report("report/figures/ab.pdf", caption="../report/ab.rst", category="Figures"),
+        "report/figures/ab.png",
+    log:
+        "logs/figures/ab.log",
+    params:
+        name="ab",
+        gpus=GPU_TABLE,
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../../scripts/rules/figure.py"
