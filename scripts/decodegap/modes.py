@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import inspect
 
-import torch
+from decodegap.errors import CellNotPossible, ConfigError
 
-from decodegap.errors import CellNotPossible
+# torch is imported inside the decoders: the analysis imports this module (for arms_of) and must
+# not pay a second of torch import per job.
 
 
 def cache_kwarg(model) -> str:
@@ -63,6 +64,7 @@ class StaticDecoder:
     mode = "static"
 
     def __init__(self, model, max_cache_len: int):
+        import torch
         from transformers import StaticCache
 
         self.model = model
@@ -74,6 +76,8 @@ class StaticDecoder:
         self.position = torch.zeros((1, 1), dtype=torch.long, device=device)
 
     def prefill(self, input_ids) -> None:
+        import torch
+
         ctx = input_ids.shape[1]
         if ctx >= self.max_cache_len:
             raise ValueError(f"prefill of {ctx} tokens does not fit a static cache of {self.max_cache_len}")
@@ -114,6 +118,8 @@ class GraphedDecoder(StaticDecoder):
         self.graph = None
 
     def prepare(self) -> int:
+        import torch
+
         # The warm-up steps are real decode steps (the cache and position advance), so the state
         # the graph starts from is simply the state after them.
         side = torch.cuda.Stream()
@@ -144,8 +150,6 @@ def arms_of(mode: str) -> list[str]:
         if len(arms) == 2 and all(a in MODES for a in arms) and arms[0] != arms[1]:
             return arms
     known = ", ".join(list(MODES) + [f"ab-{a}-{b}" for a in MODES for b in MODES if a != b])
-    from decodegap.errors import ConfigError
-
     raise ConfigError(f"unknown mode '{mode}' (known: {known})")
 
 

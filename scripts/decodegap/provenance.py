@@ -47,8 +47,7 @@ def rule_chain(table: str) -> list[str]:
     stage = "table_matrix" if table.startswith("matrix_") else f"table_{table}"
     return [
         "measure: python -m decodegap.measure (one fresh process per session) -> results/raw/...json",
-        "aggregate_cell: decodegap.aggregate -> results/cells/<cell>/{sessions,steps}.parquet",
-        "cell_stats: decodegap.stats -> results/stats/<cell>/stats.json",
+        "cell: decodegap.aggregate -> results/cells/<cell>/{sessions,steps}.parquet, then decodegap.stats -> results/stats/<cell>/stats.json",
         f"{stage}: decodegap.tables -> report/tables/{table}.tex",
         "paper_tables: decodegap.tables.paper_tables -> report/paper_tables.tex",
     ]

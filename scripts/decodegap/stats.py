@@ -180,20 +180,27 @@ def _plain(x):
     return x
 
 
-def write_cell_stats(sessions_parquet, steps_parquet, wildcards: dict, gpu: dict, stats_cfg: dict, out) -> dict:
+def summarize_cell(raw_files, wildcards: dict, gpu: dict, stats_cfg: dict, sessions_out, steps_out, stats_out) -> dict:
+    """Aggregate one cell's raw sessions to Parquet, then write its statistics record."""
     import json
     from pathlib import Path
 
-    sessions = pd.read_parquet(sessions_parquet)
-    steps = pd.read_parquet(steps_parquet)
+    import pyarrow.parquet as pq
+
+    from decodegap.aggregate import aggregate
+
+    sessions_table, steps_table = aggregate(raw_files)
+    for table, out in ((sessions_table, sessions_out), (steps_table, steps_out)):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, out)
+    sessions, steps = sessions_table.to_pandas(), steps_table.to_pandas()
     for df in (sessions, steps):
         for col in ("gpu", "model", "attn", "quant", "mode", "arm", "status"):
             if col in df:
                 df[col] = df[col].astype(object)
-    cell = {k: wildcards[k] for k in ("gpu", "model", "attn", "quant", "mode")}
-    cell["ctx"] = int(wildcards["ctx"])
-    cell = {k: cell[k] for k in ("gpu", "model", "ctx", "attn", "quant", "mode")}
+    cell = {"gpu": wildcards["gpu"], "model": wildcards["model"], "ctx": int(wildcards["ctx"]),
+            "attn": wildcards["attn"], "quant": wildcards["quant"], "mode": wildcards["mode"]}
     result = _plain(cell_stats(sessions, steps, cell, dict(gpu), StatsConfig(**stats_cfg)))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    Path(stats_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(stats_out).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     return result

@@ -1,19 +1,26 @@
-# Aggregation: a cell's raw sessions -> its sessions/steps tables; all cells -> the combined tables.
+# One job per cell: its raw sessions -> sessions/steps tables (aggregate) -> statistics (median
+# ms/step with a hierarchical bootstrap interval, R_floor, tokens/s, cost per token; for A/B cells
+# the speedup with percentile and BCa intervals). One job, two stages: job start-up, not the work,
+# dominated when they were separate. A new session reruns only its own cell.
 
 
-rule aggregate_cell:
+rule cell:
     input:
         code=ANALYSIS_CODE,
         raw=cell_raw_files,
     output:
         sessions=CELL_SESSIONS,
         steps=CELL_STEPS,
+        stats=CELL_STATS,
     log:
-        "logs/aggregate/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}.log",
+        "logs/cells/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}.log",
+    params:
+        gpu=cell_gpu_spec,
+        stats=config["stats"],
     conda:
         ANALYSIS_ENV
     script:
-        "../../scripts/rules/aggregate_cell.py"
+        "../../scripts/rules/cell.py"
 
 
 rule aggregate_all:

@@ -1,0 +1,10 @@
+# Snakemake entry point: one cell's raw sessions -> its Parquet tables and its statistics.
+import sys
+
+sys.path.insert(0, snakemake.scriptdir + "/..")  # the decodegap package beside this folder
+from decodegap.rulelog import run_rule  # noqa: E402
+from decodegap.stats import summarize_cell  # noqa: E402
+
+out = snakemake.output
+run_rule(snakemake, lambda: summarize_cell(snakemake.input.raw, dict(snakemake.wildcards), snakemake.params.gpu,
+                                           snakemake.params.stats, out.sessions, out.steps, out.stats))
