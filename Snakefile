@@ -10,6 +10,23 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Only measurements go to the cluster; everything after them runs where Snakemake runs.
+localrules:
+    all,
+    cell,
+    aggregate_all,
+    figure_ladder,
+    figure_context,
+    figure_ab,
+    table_matrix,
+    table_ab,
+    table_published,
+    paper_tables,
+    provenance,
+
+
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/figures.smk"

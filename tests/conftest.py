@@ -37,3 +37,82 @@ def measure_main():
         return rc, (json.loads(path.read_text()) if path.exists() else None), path
 
     return call
+
+
+def snakemake_cmd(workdir, *args):
+    exe = Path(sys.executable).parent / "snakemake"
+    return [str(exe), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(Path(workdir) / "config.yaml"), *args]
+
+
+def run_snakemake(workdir, *args, check=True):
+    proc = subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def dry_run_jobs(workdir, *targets):
+    """{rule: count} of the jobs a dry run would execute."""
+    import re
+
+    proc = run_snakemake(workdir, "-n", "--quiet", "rules", "--", *targets)
+    jobs = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m and m.group(1) not in ("total", "job", "count"):
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+def small_config(**changes):
+    import copy
+
+    import yaml
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["matrix"].update(gpus=["h200", "l4"], models=["qwen2.5-7b"], ctx=[2048, 4096], modes=["eager", "graphed"], sessions=2)
+    config["ab"] = [{"name": "cuda-graphs", "gpus": ["h200"], "model": "qwen2.5-7b", "ctx": 2048, "attn": "sdpa",
+                     "quant": "bf16", "mode": "ab-eager-graphed", "sessions": 3}]
+    config["stats"]["n_resamples"] = 200
+    config = copy.deepcopy(config)
+    for key, value in changes.items():
+        config[key] = value
+    return config
+
+
+SMALL_CELLS = [
+    dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="eager"),
+    dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="graphed"),
+    dict(gpu="h200", model="qwen2.5-7b", ctx=4096, attn="sdpa", quant="bf16", mode="graphed"),
+    dict(gpu="l4", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="graphed"),
+    dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed"),
+]
+
+
+def make_workspace(root, config=None, sessions=2, steps=48):
+    """A working directory with a synthetic raw store and a small config (no GPU involved)."""
+    import yaml
+
+    from decodegap import synthetic
+    from decodegap.record import write_session
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.yaml").write_text(yaml.safe_dump(config or small_config()))
+    synthetic.write_store(root, SMALL_CELLS[:-1], sessions, steps, seed=1)
+    synthetic.write_store(root, SMALL_CELLS[-1:], 3, steps, seed=2)
+    # one flagged session: invalid, with its reason, in the h200 eager cell
+    import numpy as np
+
+    rec = synthetic.record(SMALL_CELLS[0], 2, steps, np.random.default_rng(3), reasons=["unstable: eager stdev is 31.0% of the mean (limit 10%)"])
+    write_session(rec, root / "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s02.json")
+    return root
+
+
+@pytest.fixture(scope="session")
+def built_workspace(tmp_path_factory):
+    """The small synthetic workspace, with the whole report built once for the session's tests."""
+    root = make_workspace(tmp_path_factory.mktemp("pipeline"))
+    run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
+    return root

@@ -281,6 +281,10 @@ def main(argv=None) -> int:
 
     session = Session(args, gpu, card, protocol)
     if session.device == "cuda":
+        if not os.environ.get("SLURM_JOB_ID"):  # SLURM gives a job its own GPU; elsewhere, lock one
+            from decodegap.gpulock import acquire
+
+            session.gpu_lock = acquire(log)
         if not torch.cuda.is_available():
             log(f"error: gpu '{args.gpu}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host")
             return 2

@@ -24,7 +24,7 @@ WILDCARD_CONSTRAINTS = {
     "attn": KEY_RE,
     "quant": KEY_RE,
     "mode": KEY_RE,
-    "session": r"[0-9]{2,}",
+    "session": r"[0-9][0-9]+",  # no braces: Snakemake patterns cannot hold them
 }
 _SESSION_RE = re.compile(
     r"(?:^|/)results/raw/(?P<gpu>{k})/(?P<model>{k})/ctx(?P<ctx>[0-9]+)/(?P<attn>{k})_(?P<quant>{k})_(?P<mode>{k})/s(?P<session>[0-9]{{2,}})\.json$".format(

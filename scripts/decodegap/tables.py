@@ -72,7 +72,13 @@ def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, m
             tps = log.num(f"tokens_per_s/{cid}/{scope}", a["tokens_per_s"], 1, quantity="tokens_per_s", **meta)
             if scope == "valid":
                 n_valid += 1
-                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]"), "r": r, "tps": tps})
+                sup = ""
+                if s["invalid_reasons"]:  # some sessions were excluded: say which and why
+                    mark = next(marks)
+                    notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: "
+                                  f"{s['n_valid']} of {s['n_sessions']} sessions valid; excluded " + "; ".join(s["invalid_reasons"])})
+                    sup = Markup(rf"\textsuperscript{{{mark}}}")
+                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]{sup}"), "r": r, "tps": tps})
             else:
                 mark = next(marks)
                 notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: " + "; ".join(s["invalid_reasons"])})

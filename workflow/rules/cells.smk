@@ -14,11 +14,11 @@ rule cell:
         stats=CELL_STATS,
     log:
         "logs/cells/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}.log",
+    conda:
+        ANALYSIS_ENV
     params:
         gpu=cell_gpu_spec,
         stats=config["stats"],
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/cell.py"
 

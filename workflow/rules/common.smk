@@ -82,7 +82,9 @@ def matrix_cells_of_gpu(wildcards):
 
 def measure_args(wildcards):
     """Protocol flags and the GPU's merged spec (user overrides included) for the measurement."""
-    protocol = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in config["protocol"].items())
+    protocol = " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in config["protocol"].items()
+    )
     spec = shlex.quote(json.dumps(GPU_TABLE[wildcards.gpu]))
     return f"{protocol} --gpus {GPUS_YAML} --models {MODELS_YAML} --gpu-spec {spec}"
 

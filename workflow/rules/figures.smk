@@ -7,17 +7,21 @@ rule figure_ladder:
         stats=PLAN.headline_stats(),
         reference=REFERENCE,
     output:
-        report("report/figures/ladder.pdf", caption="../report/ladder.rst", category="Figures"),
+        report(
+            "report/figures/ladder.pdf",
+            caption="../report/ladder.rst",
+            category="Figures",
+        ),
         "report/figures/ladder.png",
     log:
         "logs/figures/ladder.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="ladder",
         gpus=GPU_TABLE,
         headline_model=config["report"]["headline_model"],
         headline_ctx=config["report"]["headline_ctx"],
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/figure.py"
 
@@ -27,16 +31,20 @@ rule figure_context:
         code=ANALYSIS_CODE,
         stats=PLAN.matrix_stats(),
     output:
-        report("report/figures/context.pdf", caption="../report/context.rst", category="Figures"),
+        report(
+            "report/figures/context.pdf",
+            caption="../report/context.rst",
+            category="Figures",
+        ),
         "report/figures/context.png",
     log:
         "logs/figures/context.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="context",
         gpus=GPU_TABLE,
         models=MODEL_TABLE,
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/figure.py"
 
@@ -51,10 +59,10 @@ rule figure_ab:
         "report/figures/ab.png",
     log:
         "logs/figures/ab.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="ab",
         gpus=GPU_TABLE,
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/figure.py"

@@ -8,16 +8,16 @@ rule measure:
         protected(paths.RAW_SESSION),
     log:
         MEASURE_LOG,
-    params:
-        args=measure_args,
-        scripts=SCRIPTS_DIR,
+    conda:
+        MEASURE_ENV
     resources:
         gpu=1,
         gpu_model=measure_gpu_model,
         runtime=measure_runtime,
         mem_mb=measure_mem_mb,
-    conda:
-        MEASURE_ENV
+    params:
+        args=measure_args,
+        scripts=SCRIPTS_DIR,
     shell:
         "PYTHONPATH={params.scripts} python -m decodegap.measure --gpu {wildcards.gpu} --model {wildcards.model}"
         " --ctx {wildcards.ctx} --attn {wildcards.attn} --quant {wildcards.quant} --mode {wildcards.mode}"

@@ -13,10 +13,10 @@ rule paper_tables:
         "report/paper_tables.tex",
     log:
         "logs/report/paper_tables.log",
-    params:
-        figures=FIGURE_LIST,
     conda:
         ANALYSIS_ENV
+    params:
+        figures=FIGURE_LIST,
     script:
         "../../scripts/rules/paper_tables.py"
 

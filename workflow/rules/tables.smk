@@ -6,17 +6,21 @@ rule table_matrix:
         code=ANALYSIS_CODE,
         stats=matrix_stats_of_gpu,
     output:
-        tex=report("report/tables/matrix_{gpu}.tex", caption="../report/matrix.rst", category="Tables"),
+        tex=report(
+            "report/tables/matrix_{gpu}.tex",
+            caption="../report/matrix.rst",
+            category="Tables",
+        ),
         numbers="results/provenance/matrix_{gpu}.json",
     log:
         "logs/tables/matrix_{gpu}.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="matrix",
         cells=matrix_cells_of_gpu,
         gpu=cell_gpu_spec,
         models=MODEL_TABLE,
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/table.py"
 
@@ -27,16 +31,18 @@ rule table_ab:
         stats=PLAN.ab_stats(),
         reference=REFERENCE,
     output:
-        tex=report("report/tables/ab.tex", caption="../report/ab_table.rst", category="Tables"),
+        tex=report(
+            "report/tables/ab.tex", caption="../report/ab_table.rst", category="Tables"
+        ),
         numbers="results/provenance/ab.json",
     log:
         "logs/tables/ab.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="ab",
         gpus=GPU_TABLE,
         models=MODEL_TABLE,
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/table.py"
 
@@ -47,15 +53,19 @@ rule table_published:
         stats=PLAN.matrix_stats() + PLAN.ab_stats(),
         reference=REFERENCE,
     output:
-        tex=report("report/tables/published.tex", caption="../report/published.rst", category="Tables"),
+        tex=report(
+            "report/tables/published.tex",
+            caption="../report/published.rst",
+            category="Tables",
+        ),
         numbers="results/provenance/published.json",
     log:
         "logs/tables/published.log",
+    conda:
+        ANALYSIS_ENV
     params:
         name="published",
         gpus=GPU_TABLE,
         models=MODEL_TABLE,
-    conda:
-        ANALYSIS_ENV
     script:
         "../../scripts/rules/table.py"

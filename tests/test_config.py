@@ -1,0 +1,88 @@
+"""The workflow config: schema, defaults, typos, and GPUs added by config alone."""
+
+import pytest
+import yaml
+
+from conftest import REPO
+from decodegap.attention import PATHS as ATTN
+from decodegap.config import load_gpus, load_models
+from decodegap.errors import ConfigError
+from decodegap.modes import MODES
+from decodegap.reference import load_reference
+from decodegap.validity import Protocol
+from decodegap.weights import PATHS as QUANT
+from decodegap.workflow import CONFIG_SCHEMA, Plan, validate_config
+
+CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
+
+
+def test_shipped_config_is_valid_and_names_the_bundled_cells():
+    plan = Plan(CONFIG, root=REPO)
+    assert any(c.gpu == "h200" for c in plan.analysed())
+    assert "report/paper_tables.tex" in plan.final_targets()
+
+
+def test_schema_enums_match_the_code_and_tables():
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())["$defs"]
+    assert set(schema["gpu_key"]["enum"]) == set(yaml.safe_load((REPO / "config/gpus.yaml").read_text()))
+    assert set(schema["model_key"]["enum"]) == set(load_models())
+    assert set(schema["attn_key"]["enum"]) == set(ATTN)
+    assert set(schema["quant_key"]["enum"]) == set(QUANT)
+    assert set(schema["mode_key"]["enum"]) == set(MODES)
+
+
+def test_protocol_defaults_agree_everywhere():
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]["protocol"]["properties"]
+    p = Protocol()
+    for key, spec in schema.items():
+        assert getattr(p, key) == spec["default"] == CONFIG["protocol"][key], key
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c.update(matrx=c.pop("matrix")), "'matrx' was unexpected"),
+        (lambda c: c["matrix"].update(gpus=["h100"]), "matrix.gpus.0: 'h100' is not one of"),
+        (lambda c: c["matrix"].update(models=["qwen-7b"]), "matrix.models.0: 'qwen-7b'"),
+        (lambda c: c["ab"][0].update(mode="eager"), "ab.0.mode"),
+        (lambda c: c["stats"].update(confidence=1.5), "stats.confidence"),
+        (lambda c: c["protocol"].update(timed_step=3), "timed_step"),
+    ],
+)
+def test_bad_config_names_the_key(mutate, message):
+    import copy
+
+    cfg = copy.deepcopy(CONFIG)
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        validate_config(cfg)
+
+
+def test_a_gpu_is_added_by_config_alone():
+    import copy
+
+    cfg = copy.deepcopy(CONFIG)
+    cfg["gpus"] = {"rtx-6000-ada": {"display_name": "RTX 6000 Ada", "b_peak_Bps": 9.6e11, "device_name_match": "RTX 6000 Ada",
+                                    "price_usd_per_hour": 1.1, "slurm": {"gpu_model": "rtx6000ada"}},
+                   "h200": {"price_usd_per_hour": 4.0}}
+    cfg["matrix"]["gpus"] = ["rtx-6000-ada", "h200"]
+    plan = Plan(cfg, root=REPO)
+    assert plan.gpus["rtx-6000-ada"].b_peak_Bps == 9.6e11
+    assert plan.gpus["h200"].price_usd_per_hour == 4.0 and plan.gpus["h200"].b_peak_Bps == 4.8e12  # field by field
+    assert plan.gpus["h200"].slurm["gpu_model"] == "h200"
+
+
+def test_gpu_table_errors_name_file_and_key(tmp_path):
+    bad = tmp_path / "gpus.yaml"
+    bad.write_text("x100:\n  display_name: X\n  b_peak_Bps: fast\n")
+    with pytest.raises(ConfigError, match=r"gpus.yaml: gpu 'x100'.b_peak_Bps must be a number"):
+        load_gpus(bad)
+
+
+def test_reference_figures_are_sourced():
+    figures = load_reference()
+    assert len(figures) >= 30
+    by_key = {f["key"]: f for f in figures}
+    assert by_key["r_floor.h100-sxm5.qwen2.5-7b.ctx2048"]["value"] == 0.27
+    assert by_key["speedup.h100-sxm5.ctx2048.bf16.ab-eager-graphed"]["value"] == 1.259
+    assert all(f["sources"] and all("quote" in s for s in f["sources"]) for f in figures)

@@ -1,0 +1,136 @@
+"""The workflow end to end on a synthetic store: report, provenance, incremental rebuilds, and
+that nothing but a missing session ever asks for a GPU."""
+
+import json
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from conftest import SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
+from decodegap import provenance, synthetic
+from decodegap.record import write_session
+
+
+def test_report_is_complete(built_workspace):
+    root = built_workspace
+    tex = (root / "report/paper_tables.tex").read_text()
+    for t in ("tables/matrix_h200.tex", "tables/matrix_l4.tex", "tables/ab.tex", "tables/published.tex"):
+        assert f"\\input{{{t}}}" in tex
+        assert (root / "report" / t).exists()
+    for name in ("ladder", "context", "ab"):
+        for ext in ("pdf", "png"):
+            assert (root / f"report/figures/{name}.{ext}").stat().st_size > 1000
+    assert (root / "report/provenance.json").exists()
+    assert (root / "results/aggregate/sessions.parquet").exists()
+
+
+def test_unmeasured_cells_say_so_and_invalid_ones_carry_reasons(built_workspace):
+    matrix = (built_workspace / "report/tables/matrix_h200.tex").read_text()
+    # ctx 4096 eager was never measured: it is a row entry, not a failure
+    row_4096 = next(line for line in matrix.splitlines() if line.startswith("Qwen-2.5-7B & 4096"))
+    assert "not measured" in row_4096
+    l4 = (built_workspace / "report/tables/matrix_l4.tex").read_text()
+    assert "not measured" in l4  # eager on l4
+    assert "s02: unstable: eager stdev is 31.0\\% of the mean" in matrix
+
+
+def test_every_number_in_the_tex_has_a_provenance_key(built_workspace):
+    doc = json.loads((built_workspace / "report/provenance.json").read_text())
+    rendered = {}
+    for tex in (built_workspace / "report/tables").glob("*.tex"):
+        for key, text in re.findall(r"\\dgnum\{([^}]*)\}\{([^}]*)\}", tex.read_text()):
+            rendered[key] = text
+    assert rendered and set(rendered) == set(doc["numbers"])
+    for key, text in rendered.items():
+        assert doc["numbers"][key]["text"] == text
+        assert doc["numbers"][key]["raw_files"], key
+
+
+def test_lineage_of_a_random_number_reproduces_it_from_the_raw_files(built_workspace, capsys):
+    doc = json.loads((built_workspace / "report/provenance.json").read_text())
+    keys = sorted(doc["numbers"])
+    rng = np.random.default_rng(0)
+    cwd = os.getcwd()
+    os.chdir(built_workspace)
+    try:
+        for key in [keys[i] for i in rng.choice(len(keys), size=4, replace=False)] + [k for k in keys if "/speedup_bca_high/" in k][:1]:
+            assert provenance.lineage(doc, key, do_recompute=True) == 0, key
+            out = capsys.readouterr().out
+            assert "reproduces" in out
+            for r in doc["numbers"][key]["raw_files"]:
+                assert r["path"] in out
+    finally:
+        os.chdir(cwd)
+
+
+def test_check_fails_when_a_raw_file_changes(tmp_path):
+    root = make_workspace(tmp_path)
+    run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        doc = provenance.load("report/provenance.json")
+        assert provenance.check(doc) == 0
+        victim = root / "results/raw/l4/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s01.json"
+        victim.chmod(0o644)
+        victim.write_text(victim.read_text().replace('"seed": 1', '"seed": 7'))
+        assert provenance.check(doc) == 1
+    finally:
+        os.chdir(cwd)
+
+
+def test_one_new_session_reruns_only_what_depends_on_it(tmp_path):
+    root = make_workspace(tmp_path)
+    run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
+    assert dry_run_jobs(root, "report/paper_tables.tex") == {}
+    time.sleep(1.1)  # mtimes must move past the outputs
+    cell = SMALL_CELLS[3]  # l4 graphed
+    write_session(synthetic.record(cell, 2, 48, np.random.default_rng(9)), root / "results/raw/l4/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json")
+    jobs = dry_run_jobs(root, "report/paper_tables.tex")
+    # that cell, the L4 matrix table, the ladder (l4 is at the headline cell), the context figure,
+    # the published table, the combined tables and the gathering files: nothing else
+    assert jobs == {"cell": 1, "aggregate_all": 1, "table_matrix": 1, "figure_ladder": 1, "figure_context": 1,
+                    "table_published": 1, "provenance": 1, "paper_tables": 1}
+
+
+def test_analysis_changes_never_trigger_a_measurement(tmp_path):
+    root = make_workspace(tmp_path, config=small_config(measure=True))
+    # with measure on, each wanted session missing from the store is one measurement job
+    missing = [dict(SMALL_CELLS[0], ctx=4096), dict(SMALL_CELLS[3], mode="eager"),
+               dict(SMALL_CELLS[3], mode="eager", ctx=4096), dict(SMALL_CELLS[3], ctx=4096)]
+    jobs = dry_run_jobs(root, "report/paper_tables.tex")
+    assert jobs.get("measure") == 2 * len(missing)
+    # fill them (as if measured), build, then change analysis params and protocol
+    synthetic.write_store(root, missing, 2, 48, seed=5)
+    run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
+    cfg = small_config(measure=True)
+    cfg["stats"]["n_resamples"] = 300
+    cfg["protocol"]["timed_steps"] = 64
+    (root / "config.yaml").write_text(__import__("yaml").safe_dump(cfg))
+    jobs = dry_run_jobs(root, "report/paper_tables.tex")
+    assert "measure" not in jobs and jobs.get("cell")  # stats rerun, nothing measured
+
+
+def test_config_typo_fails_fast_naming_the_key(tmp_path):
+    cfg = small_config()
+    cfg["matrix"]["modles"] = cfg["matrix"].pop("models")
+    root = make_workspace(tmp_path, config=cfg)
+    t = time.perf_counter()
+    proc = run_snakemake(root, "-n", check=False)
+    assert proc.returncode != 0 and time.perf_counter() - t < 30
+    out = proc.stdout + proc.stderr
+    assert "matrix" in out and "modles" in out
+
+
+def test_corrupt_raw_file_stops_the_run_naming_it(tmp_path):
+    root = make_workspace(tmp_path)
+    bad = root / "results/raw/h200/qwen2.5-7b/ctx4096/sdpa_bf16_graphed/s01.json"
+    bad.chmod(0o644)
+    bad.write_text(bad.read_text()[:500])
+    proc = run_snakemake(root, "--cores", "1", "--", "report/paper_tables.tex", check=False)
+    assert proc.returncode != 0
+    assert f"{bad.relative_to(root)}: not valid JSON" in proc.stdout + proc.stderr

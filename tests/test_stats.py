@@ -1,0 +1,77 @@
+"""Statistics: the hierarchical bootstrap, the paired A/B speedup and its intervals, R_floor."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from decodegap.stats import StatsConfig, cell_stats, hierarchical_bootstrap_medians, median_with_ci, speedup_with_ci
+
+CFG = StatsConfig(n_resamples=1000, seed=1)
+
+
+def test_bootstrap_is_seeded_vectorised_and_respects_session_lengths():
+    rng = np.random.default_rng(0)
+    sessions = [rng.normal(10, 0.1, 50), rng.normal(12, 0.1, 200)]
+    a = hierarchical_bootstrap_medians(sessions, 500, np.random.default_rng(5))
+    b = hierarchical_bootstrap_medians(sessions, 500, np.random.default_rng(5))
+    assert a.shape == (500,) and np.array_equal(a, b)
+    # resampling sessions first: some resamples are all-short-session (~10), some all-long (~12)
+    assert a.min() < 10.2 and a.max() > 11.8
+
+
+def test_interval_covers_the_true_median_most_of_the_time():
+    covered = 0
+    for trial in range(40):
+        rng = np.random.default_rng(100 + trial)
+        sessions = [rng.normal(5.0 + rng.normal(0, 0.05), 0.2, 64) for _ in range(6)]
+        r = median_with_ci(sessions, StatsConfig(n_resamples=400), np.random.default_rng(trial))
+        covered += r["ci_low_ms"] <= 5.0 <= r["ci_high_ms"]
+    assert covered >= 32  # nominal 95 %, some slack for 40 trials
+
+
+def test_speedup_intervals_from_sessions():
+    ratios = np.array([1.25, 1.26, 1.27, 1.25, 1.26, 1.24, 1.28, 1.26, 1.25, 1.27])
+    r = speedup_with_ci(ratios, CFG, np.random.default_rng(0))
+    assert r["estimate"] == pytest.approx(ratios.mean())
+    lo, hi = r["percentile"]
+    assert lo < ratios.mean() < hi and hi - lo < 0.03
+    blo, bhi = r["bca"]
+    assert blo < ratios.mean() < bhi
+    assert speedup_with_ci(np.array([1.3]), CFG, np.random.default_rng(0))["percentile"] is None
+
+
+def _frames(arms_ms: dict, sessions=3, steps=40, status=None):
+    rows, srows = [], []
+    rng = np.random.default_rng(0)
+    status = status or {}
+    for s in range(sessions):
+        for arm, ms in arms_ms.items():
+            for i in range(steps):
+                rows.append({"session": s, "arm": arm, "host_ms": ms * (1 + 0.01 * rng.standard_normal()), "device_ms": ms})
+            srows.append({"session": s, "arm": arm, "status": status.get(s, "valid"), "reasons": "r" if s in status else "",
+                          "weight_bytes": 4.8e9, "weight_bytes_no_embedding": 3.8e9, "kv_bytes": 0.0, "copy_bandwidth_Bps": 4.0e12,
+                          "raw_path": f"s{s}.json", "raw_sha256": "x", "gpu_name": "g", "driver": "d", "torch": "t",
+                          "transformers": "tf", "code_commit": "c", "code_dirty": False, "started_utc": "now"})
+    return pd.DataFrame(srows), pd.DataFrame(rows)
+
+
+def test_cell_stats_r_floor_uses_the_analysis_bandwidth():
+    sessions, steps = _frames({"graphed": 2.0})
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="graphed")
+    r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12, "price_usd_per_hour": 3.6}, CFG)
+    a = r["valid"]["arms"]["graphed"]
+    assert a["t_floor_ms"] == pytest.approx(1.0)  # 4.8 GB / 4.8 TB/s
+    assert a["r_floor"] == pytest.approx(0.5, rel=0.02)
+    assert a["r_ceiling"] == pytest.approx(4.8e9 / 4.0e12 * 1e3 / a["median_ms"])
+    assert a["tokens_per_s"] == pytest.approx(500, rel=0.02)
+    assert a["cost_usd_per_mtok"] == pytest.approx(3.6 * a["median_ms"] / 3.6)  # $1 per 1M tokens at 1 ms
+
+
+def test_ab_cell_speedup_and_scopes():
+    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0}, sessions=4, status={3: "invalid"})
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
+    r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
+    assert r["status"] == "valid" and r["n_valid"] == 3 and r["invalid_reasons"] == ["s03: r"]
+    assert r["valid"]["speedup"]["n_sessions"] == 3 and r["all"]["speedup"]["n_sessions"] == 4
+    assert r["valid"]["speedup"]["estimate"] == pytest.approx(1.5, rel=0.01)
+    assert r["valid"]["speedup"]["of"] == "graphed" and r["valid"]["speedup"]["over"] == "eager"
