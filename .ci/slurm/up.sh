@@ -8,7 +8,7 @@
 #   restarts the daemons when the generated config changed).
 #
 # Tunables (environment):
-#   SLURM_CI_GPU_TYPES      space separated gres types   (default: "h200 h100_sxm5 l4 cpu")
+#   SLURM_CI_GPU_TYPES      space separated gres types   (default: the gpu_model values of config/gpus.yaml)
 #   SLURM_CI_GPUS_PER_TYPE  Count declared for each type (default: 4)
 #   SLURM_CI_FEATURES       node features for --constraint/-C, comma separated
 #                           (default: "gpu,<the gpu types>")
@@ -21,7 +21,7 @@
 #        logs in /var/log/slurm/: slurmctld.log, slurmd.log, jobcomp.jsonl (one JSON line per ended job)
 set -euo pipefail
 
-GPU_TYPES=${SLURM_CI_GPU_TYPES:-"h200 h100_sxm5 l4 cpu"}
+GPU_TYPES=${SLURM_CI_GPU_TYPES:-"h200 h100 a100 l40s l4 cpu"}  # the slurm.gpu_model values of config/gpus.yaml
 GPUS_PER_TYPE=${SLURM_CI_GPUS_PER_TYPE:-4}
 PARTITION=${SLURM_CI_PARTITION:-debug}
 MIN_JOB_AGE=${SLURM_CI_MIN_JOB_AGE:-86400}

@@ -120,13 +120,18 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
 
 
 def _session_list(sessions: pd.DataFrame) -> list[dict]:
+    def value(x):  # Parquet nulls come back as NaN in object columns
+        return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
+
     firsts = sessions.sort_values(["session", "arm"]).groupby("session", observed=True).first().reset_index()
-    return [
-        {"session": int(r.session), "status": r.status, "reasons": r.reasons, "raw_path": r.raw_path, "raw_sha256": r.raw_sha256,
-         "gpu_name": r.gpu_name, "driver": r.driver, "torch": r.torch, "transformers": r.transformers,
-         "code_commit": r.code_commit, "code_dirty": None if pd.isna(r.code_dirty) else bool(r.code_dirty), "started_utc": r.started_utc}
-        for r in firsts.itertuples()
-    ]
+    fields = ("status", "reasons", "raw_path", "raw_sha256", "gpu_name", "driver", "torch", "transformers", "code_commit", "started_utc")
+    out = []
+    for r in firsts.to_dict("records"):
+        entry = {"session": int(r["session"]), **{k: value(r[k]) for k in fields}}
+        dirty = value(r["code_dirty"])
+        entry["code_dirty"] = None if dirty is None else bool(dirty)
+        out.append(entry)
+    return out
 
 
 def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dict, cfg: StatsConfig) -> dict:

@@ -55,6 +55,9 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     models = load_models(models_yaml)
     schema = schema_with_keys(set(raw_gpus) | set(overrides), set(models))
     config = copy.deepcopy(config)
+    # `--config measure=true` (and a profile's `config:` list) arrives as a string
+    if isinstance(config.get("measure"), str) and config["measure"].lower() in ("true", "false", "1", "0", "yes", "no"):
+        config["measure"] = config["measure"].lower() in ("true", "1", "yes")
     _fill_defaults(schema, config)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
