@@ -104,3 +104,15 @@ def measure_runtime(wildcards):
 
 def measure_mem_mb(wildcards):
     return gpu_resource(wildcards, "mem_mb", 64000)
+
+
+def measure_cpus(wildcards):
+    return gpu_resource(wildcards, "cpus_per_task", 1)
+
+
+def measure_partition(wildcards):
+    return gpu_resource(wildcards, "partition", "")  # "": the cluster's default partition
+
+
+def measure_constraint(wildcards):
+    return gpu_resource(wildcards, "constraint")  # None: no -C flag

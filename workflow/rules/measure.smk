@@ -15,6 +15,9 @@ rule measure:
         gpu_model=measure_gpu_model,
         runtime=measure_runtime,
         mem_mb=measure_mem_mb,
+        cpus_per_task=measure_cpus,
+        slurm_partition=measure_partition,
+        constraint=measure_constraint,
     params:
         args=measure_args,
         scripts=SCRIPTS_DIR,
