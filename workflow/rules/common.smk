@@ -111,7 +111,9 @@ def measure_cpus(wildcards):
 
 
 def measure_partition(wildcards):
-    return gpu_resource(wildcards, "partition", "")  # "": the cluster's default partition
+    return gpu_resource(
+        wildcards, "partition", ""
+    )  # "": the cluster's default partition
 
 
 def measure_constraint(wildcards):
