@@ -151,13 +151,6 @@ def aggregate(raw_files: list[str | Path]) -> tuple[pa.Table, pa.Table]:
     return pa.Table.from_pylist(sessions, schema=SESSIONS_SCHEMA), pa.Table.from_pylist(steps, schema=STEPS_SCHEMA)
 
 
-def write_tables(raw_files, sessions_out: str | Path, steps_out: str | Path) -> None:
-    sessions, steps = aggregate(raw_files)
-    for table, out in ((sessions, sessions_out), (steps, steps_out)):
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, out)
-
-
 def concat(parquet_files: list[str | Path], schema: pa.Schema, out: str | Path) -> None:
     """One table from per-cell tables (the combined view users load)."""
     tables = [pq.read_table(p, schema=schema) for p in parquet_files]
