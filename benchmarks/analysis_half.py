@@ -49,8 +49,6 @@ def main():
         print(f"snakemake analysis half: {wall:.1f} s on {args.cores} cores ({n_jobs} cells; target <= 60 s)")
 
         # In-process breakdown of the same work (no job start-up), to see where time goes.
-        import pandas as pd
-
         from decodegap import aggregate, stats
         from decodegap.config import load_gpus
 
@@ -63,15 +61,9 @@ def main():
         t_agg = time.perf_counter() - t
         t = time.perf_counter()
         for c, s, st in tables:
-            s, st = s.to_pandas(), st.to_pandas()
-            for df in (s, st):
-                for col in ("gpu", "model", "attn", "quant", "mode", "arm", "status"):
-                    if col in df:
-                        df[col] = df[col].astype(object)
-            stats.cell_stats(s, st, c, vars(gpus[c["gpu"]]), stats.StatsConfig())
+            stats.cell_stats(*stats.frames(s, st), c, vars(gpus[c["gpu"]]), stats.StatsConfig())
         t_stats = time.perf_counter() - t
         print(f"in-process: aggregate {t_agg:.1f} s, stats {t_stats:.1f} s for {len(cells)} cells ({t_stats / len(cells) * 1e3:.0f} ms/cell, 2000 resamples)")
-        del pd
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

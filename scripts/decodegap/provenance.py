@@ -126,14 +126,14 @@ def recompute(entry: dict) -> tuple[float | None, str]:
     """Re-read the cell's raw files and recompute the number with the recorded settings."""
     from decodegap.aggregate import aggregate
     from decodegap.latex import fmt
-    from decodegap.stats import StatsConfig, cell_stats
+    from decodegap.stats import StatsConfig, cell_stats, frames
 
     with open(entry["stats_file"]) as f:
         stats = json.load(f)
     files = [s["raw_path"] for s in stats["sessions"]]
     sessions, steps = aggregate(files)
     cfg = StatsConfig(**stats["config"], time_source=stats["time_source"])
-    fresh = cell_stats(sessions.to_pandas(), steps.to_pandas(), stats["cell"], stats["gpu_spec"], cfg)
+    fresh = cell_stats(*frames(sessions, steps), stats["cell"], stats["gpu_spec"], cfg)
     value = extract(fresh, entry)
     return value, fmt(value, entry["digits"])
 

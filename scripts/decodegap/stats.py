@@ -185,6 +185,18 @@ def _plain(x):
     return x
 
 
+def frames(sessions_table, steps_table) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The aggregate's Arrow tables as DataFrames, key columns as plain strings (not categoricals)."""
+    out = []
+    for table in (sessions_table, steps_table):
+        df = table.to_pandas()
+        for col in ("gpu", "model", "attn", "quant", "mode", "arm", "status"):
+            if col in df:
+                df[col] = df[col].astype(object)
+        out.append(df)
+    return out[0], out[1]
+
+
 def summarize_cell(raw_files, wildcards: dict, gpu: dict, stats_cfg: dict, sessions_out, steps_out, stats_out) -> dict:
     """Aggregate one cell's raw sessions to Parquet, then write its statistics record."""
     import json
@@ -198,11 +210,7 @@ def summarize_cell(raw_files, wildcards: dict, gpu: dict, stats_cfg: dict, sessi
     for table, out in ((sessions_table, sessions_out), (steps_table, steps_out)):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, out)
-    sessions, steps = sessions_table.to_pandas(), steps_table.to_pandas()
-    for df in (sessions, steps):
-        for col in ("gpu", "model", "attn", "quant", "mode", "arm", "status"):
-            if col in df:
-                df[col] = df[col].astype(object)
+    sessions, steps = frames(sessions_table, steps_table)
     cell = {"gpu": wildcards["gpu"], "model": wildcards["model"], "ctx": int(wildcards["ctx"]),
             "attn": wildcards["attn"], "quant": wildcards["quant"], "mode": wildcards["mode"]}
     result = _plain(cell_stats(sessions, steps, cell, dict(gpu), StatsConfig(**stats_cfg)))

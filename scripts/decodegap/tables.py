@@ -107,7 +107,6 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
     stats = load_stats(stats_files)
     log = NumberLog("ab")
     rows = []
-    arms = ("A", "B")
     for s in stats:
         cid = _cell_id(s["cell"])
         arms = s["arms"]
@@ -120,7 +119,7 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
             a, b = sc["arms"][arms[0]], sc["arms"][arms[1]]
             rows.append({
                 "gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
-                "ctx": s["cell"]["ctx"], "scope": scope,
+                "ctx": s["cell"]["ctx"], "arms": f"{arms[0]} / {arms[1]}", "scope": scope,
                 "n": log.num(f"n_sessions/{cid}/{scope}", sp["n_sessions"], 0, quantity="n_sessions", **meta),
                 "a": log.num(f"ms_per_step/{cid}/{arms[0]}/{scope}", a["median_ms"], 2, quantity="ms_per_step", arm=arms[0], **meta),
                 "b": log.num(f"ms_per_step/{cid}/{arms[1]}/{scope}", b["median_ms"], 2, quantity="ms_per_step", arm=arms[1], **meta),
@@ -139,12 +138,12 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
         published.append({
             "gpu": gpus.get(f["gpu"], {}).get("display_name", f["gpu"]),
             "model": models.get(f["model"], {}).get("display_name", f["model"]) if f.get("model") else "unstated",
-            "ctx": f.get("ctx") or "unstated", "what": "published", "n": n["value"] if n else "--",
+            "ctx": f.get("ctx") or "unstated", "arms": " / ".join(str(f["mode"])[3:].split("-")), "what": "published", "n": n["value"] if n else "--",
             "speedup": fmt(f["value"], 3),
             "pct": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
             "ratio": fmt(ours / f["value"], 3) if ours is not None else note,
         })
-    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published, arm_a=arms[0], arm_b=arms[1])
+    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published)
     _write(tex, out_tex, log, out_numbers)
 
 
