@@ -28,6 +28,16 @@ def test_fresh_process_session_end_to_end(tmp_path):
     assert arm["timed"]["device_ms"] is None  # a CPU has no device clock
     assert len(arm["timed"]["tokens"]) == 40 and all(0 <= t < 512 for t in arm["timed"]["tokens"])
     assert arm["final_position"] == arm["expected_position"] == 48 + 2 + 40
+    # The host side of each step: thread CPU time per step, a CPU-speed probe before each block.
+    cpu, host = arm["timed"]["host_cpu_ms"], arm["timed"]["host_ms"]
+    assert len(cpu) == 40 and all(c > 0 for c in cpu)
+    assert sum(cpu) <= 1.2 * sum(host) + 1.0  # a thread cannot run longer than the wall clock
+    block_steps = rec["protocol"]["ab_block_steps"]
+    assert arm["timed"]["block"] == [i // block_steps for i in range(40)]
+    assert len(rec["cpu_probe"]["ms_before_block"]) == -(-40 // block_steps)
+    assert all(ms > 0 for ms in rec["cpu_probe"]["ms_before_block"])
+    for snap in ("host_start", "host_before_timed", "host_end"):
+        assert rec["environment"][snap]["run_delay_ms"] is not None  # Linux exposes schedstat
     floor = rec["floor"]
     assert floor["param_count"] == CARD.param_count()
     assert floor["weight_bytes"] == 2 * CARD.param_count()
@@ -53,6 +63,7 @@ def test_ab_session_alternates_arms_and_static_matches_eager_tokens(tmp_path, me
     assert [eager["mode"], static["mode"]] == ["eager", "static"]
     assert len(eager["timed"]["host_ms"]) == len(static["timed"]["host_ms"]) == 4 * 6
     assert eager["timed"]["block"][:6] == [0] * 6 and static["timed"]["block"][:6] == [1] * 6
+    assert len(rec["cpu_probe"]["ms_before_block"]) == len(rec["block_order"])
     # Same weights, same prompt: the static-cache step must compute the same tokens as eager.
     assert eager["warmup"]["tokens"] + eager["timed"]["tokens"] == static["warmup"]["tokens"] + static["timed"]["tokens"]
 

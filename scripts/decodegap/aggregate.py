@@ -3,7 +3,8 @@
 sessions: one row per (session, arm): cell keys, status and reasons, floor inputs, environment and
           code summary, and the raw file's path and sha256. A session that never ran an arm (an
           expected failure) still has one row, arm = null, so invalid cells flow through.
-steps:    one row per timed step: cell keys, session, arm, step index, A/B block, host and device ms.
+steps:    one row per timed step: cell keys, session, arm, step index, block, host and device ms,
+          the launching thread's CPU ms, and the host-speed probe taken before the step's block.
 
 A corrupt, truncated or foreign raw file, or one filed under another cell's folder, stops the run
 with an error naming the file.
@@ -43,6 +44,7 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("n_steps", pa.int32(), nullable=False),
         pa.field("median_host_ms", pa.float64()),
         pa.field("median_device_ms", pa.float64()),
+        pa.field("median_host_cpu_ms", pa.float64()),
         pa.field("prefill_host_ms", pa.float64()),
         pa.field("param_count", pa.int64()),
         pa.field("weight_bytes", pa.int64()),
@@ -72,6 +74,8 @@ STEPS_SCHEMA = pa.schema(
         pa.field("block", pa.int32()),
         pa.field("host_ms", pa.float64(), nullable=False),
         pa.field("device_ms", pa.float64()),
+        pa.field("host_cpu_ms", pa.float64()),  # launching thread's CPU time; null before 2026-11-29
+        pa.field("cpu_probe_ms", pa.float64()),  # the host-speed probe run before this step's block
     ]
 )
 
@@ -123,21 +127,25 @@ def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], li
     sessions, steps = [], []
     for arm in record["arms"] or [None]:
         if arm is None:
-            sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "prefill_host_ms": None, **common})
+            sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "median_host_cpu_ms": None, "prefill_host_ms": None, **common})
             continue
         timed = arm["timed"]
         host, device = timed["host_ms"], timed["device_ms"]
+        cpu = timed.get("host_cpu_ms")
         sessions.append(
             {
                 **cell, "arm": arm["mode"], "n_steps": len(host), "median_host_ms": _median(host),
                 "median_device_ms": _median(device) if device else None,
+                "median_host_cpu_ms": _median(cpu) if cpu else None,
                 "prefill_host_ms": arm["prefill"]["host_ms"], **common,
             }
         )
-        blocks = timed.get("block") or [None] * len(host)
-        device = device or [None] * len(host)
-        for i, (h, d, b) in enumerate(zip(host, device, blocks)):
-            steps.append({**cell, "arm": arm["mode"], "step": i, "block": b, "host_ms": h, "device_ms": d})
+        n = len(host)
+        blocks = timed.get("block") or [None] * n
+        probes = (record.get("cpu_probe") or {}).get("ms_before_block") or []
+        probe_of = [probes[b] if b is not None and b < len(probes) else None for b in blocks]
+        for i, (h, d, c, b, pr) in enumerate(zip(host, device or [None] * n, cpu or [None] * n, blocks, probe_of)):
+            steps.append({**cell, "arm": arm["mode"], "step": i, "block": b, "host_ms": h, "device_ms": d, "host_cpu_ms": c, "cpu_probe_ms": pr})
     return sessions, steps
 
 

@@ -153,7 +153,27 @@ def host_snapshot() -> dict:
         affinity = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         affinity = None
-    return {"loadavg_1_5_15": load, "cpu_affinity": affinity}
+    return {"loadavg_1_5_15": load, "cpu_affinity": affinity, **cpu_time_counters()}
+
+
+def cpu_time_counters() -> dict:
+    """Cumulative counters whose differences between snapshots say where host time went:
+    steal_s, time the hypervisor ran something else on this machine's virtual CPUs (all CPUs
+    summed; 0 on bare metal), and run_delay_ms, time this thread waited for a CPU in the
+    scheduler's queue. None where the kernel does not expose them."""
+    out = {"steal_s": None, "run_delay_ms": None}
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()  # "cpu user nice system idle iowait irq softirq steal ..."
+        out["steal_s"] = int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            out["run_delay_ms"] = int(f.read().split()[1]) / 1e6  # "on-cpu-ns run-delay-ns slices"
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
 
 
 def static_environment(device: str) -> dict:

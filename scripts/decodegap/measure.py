@@ -116,6 +116,8 @@ class Session:
         self.phases_s: dict[str, float] = {}
         self.arms: list[dict] = []
         self.floor: dict | None = None
+        self.cpu_probe: dict | None = None
+        self.host_before_timed: dict | None = None
 
     def _phase(self, name: str, t0: float) -> float:
         dt = time.perf_counter() - t0
@@ -127,9 +129,10 @@ class Session:
 
         from decodegap.bandwidth import copy_bandwidth_Bps
         from decodegap.cards import build_model
+        from decodegap.environment import host_snapshot
         from decodegap.floor import MemoryFloor, kv_bytes
         from decodegap.modes import make_decoder
-        from decodegap.timing import StepTimer, timed
+        from decodegap.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms, timed
 
         args, p, seed = self.args, self.protocol, self.seed
         t = time.perf_counter()
@@ -190,26 +193,29 @@ class Session:
                         warm[mode].step(decoders[mode])
                 log(f"warm-up: {p.warmup_steps} labelled steps per arm in {self._phase('warmup', t):.2f} s")
                 self.gpu_before_timed = self.snapshot()
+                self.host_before_timed = host_snapshot()
                 t = time.perf_counter()
+                # Steps run in blocks (A/B: ABBA arms; plain modes: runs of ab_block_steps). The CPU
+                # probe runs before each block, so every block has a reading of the host core's speed.
                 blocks: dict[str, list[int]] = {m: [] for m in arm_modes}
-                if single:
-                    for _ in range(p.timed_steps):
-                        timers[arm_modes[0]].step(decoders[arm_modes[0]])
-                else:
-                    for block, mode in enumerate(self.block_order):
-                        for _ in range(p.ab_block_steps):
-                            timers[mode].step(decoders[mode])
-                        blocks[mode] += [block] * p.ab_block_steps
+                block_steps = max(p.ab_block_steps, 1)
+                order = [arm_modes[0]] * -(-p.timed_steps // block_steps) if single else self.block_order
+                probe_ms = []
+                for block, mode in enumerate(order):
+                    probe_ms.append(cpu_probe_ms())
+                    for _ in range(min(block_steps, timers[mode].capacity - len(timers[mode]))):
+                        timers[mode].step(decoders[mode])
+                        blocks[mode].append(block)
                 self._phase("timed", t)
+                self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
             finally:
                 gc.enable()
 
             for arm in self.arms:
                 mode, dec = arm["mode"], decoders[arm["mode"]]
-                arm["warmup"] = {"host_ms": warm[mode].host_ms(), "device_ms": warm[mode].device_ms(), "tokens": warm[mode].tokens}
-                arm["timed"] = {"host_ms": timers[mode].host_ms(), "device_ms": timers[mode].device_ms(), "tokens": timers[mode].tokens}
-                if not single:
-                    arm["timed"]["block"] = blocks[mode]
+                arm["warmup"] = warm[mode].samples()
+                arm["timed"] = timers[mode].samples()
+                arm["timed"]["block"] = blocks[mode]
                 arm["expected_position"] = args.ctx + arm["prepare_steps"] + p.warmup_steps + len(timers[mode])
                 arm["final_position"] = final_position(dec)
                 host = sorted(arm["timed"]["host_ms"])
@@ -316,6 +322,7 @@ def main(argv=None) -> int:
     env["gpu_end"] = session.snapshot()
     env["host_end"] = host_snapshot()
     env["gpu_before_timed"] = session.gpu_before_timed
+    env["host_before_timed"] = session.host_before_timed
     env["gpu_processes"] = procs
     foreign, proc_warnings = foreign_processes(procs) if session.device == "cuda" else ([], [])
     throttled = [r for snap in (session.gpu_before_timed, env["gpu_end"]) if snap for r in (snap.get("throttled") or [])]
@@ -337,6 +344,7 @@ def main(argv=None) -> int:
         "protocol": protocol.as_record(),
         "arms": session.arms,
         "block_order": session.block_order,
+        "cpu_probe": session.cpu_probe,
         "floor": session.floor,
         "model": {
             "display_name": card.display_name, "model_type": card.model_type, "architecture": dict(card.architecture),

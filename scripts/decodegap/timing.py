@@ -1,5 +1,6 @@
-"""Per-step timing: device events around the enqueued work, and the host clock from launch until
-the new token is on the host (what a streaming consumer waits for)."""
+"""Per-step timing: device events around the enqueued work, the host clock from launch until the
+new token is on the host (what a streaming consumer waits for), and the launching thread's CPU
+time over the same step (how much of the step the host spent working, not waiting)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class StepTimer:
             self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
             self._ends = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
         self._host_ns: list[int] = []
+        self._cpu_ns: list[int] = []
         self.tokens: list[int] = []
 
     def __len__(self) -> int:
@@ -26,6 +28,7 @@ class StepTimer:
         i = len(self._host_ns)
         if i >= self.capacity:
             raise RuntimeError(f"timer capacity {self.capacity} exceeded")
+        c0 = time.thread_time_ns()  # outside the wall window: the wall clock times only the step
         t0 = time.perf_counter_ns()
         if self.cuda:
             self._starts[i].record()
@@ -34,11 +37,20 @@ class StepTimer:
             self._ends[i].record()
         token = decoder.read_token()
         self._host_ns.append(time.perf_counter_ns() - t0)
+        self._cpu_ns.append(time.thread_time_ns() - c0)
         self.tokens.append(token)
         return token
 
     def host_ms(self) -> list[float]:
         return [ns / 1e6 for ns in self._host_ns]
+
+    def host_cpu_ms(self) -> list[float]:
+        """CPU time of the launching thread per step. A busy-waiting sync counts as CPU time, so
+        read it against host_ms: equal means the host was running the step throughout."""
+        return [ns / 1e6 for ns in self._cpu_ns]
+
+    def samples(self) -> dict:
+        return {"host_ms": self.host_ms(), "device_ms": self.device_ms(), "host_cpu_ms": self.host_cpu_ms(), "tokens": self.tokens}
 
     def device_ms(self) -> list[float] | None:
         """Event times; None on a CPU, which has no device clock apart from the host's."""
@@ -62,3 +74,19 @@ def timed(fn, device_type: str) -> tuple[object, float, float | None]:
     t0 = time.perf_counter_ns()
     result = fn()
     return result, (time.perf_counter_ns() - t0) / 1e6, None
+
+
+PROBE_ITERATIONS = 20_000
+
+
+def cpu_probe_ms(iterations: int = PROBE_ITERATIONS) -> float:
+    """Wall time of a fixed pure-Python loop: this core's speed for interpreter work right now.
+
+    An eager decode step is mostly interpreter and dispatcher work on one core, so its time tracks
+    this probe when the host's speed changes (frequency, a busy SMT sibling, a shared VM host).
+    Run between blocks, never inside a timed step."""
+    t0 = time.perf_counter_ns()
+    acc = 0
+    for i in range(iterations):
+        acc += i & 7
+    return (time.perf_counter_ns() - t0) / 1e6

@@ -1,0 +1,48 @@
+"""The batch runner a lent GPU is filled with: fresh processes, skip what is recorded, stop before
+the deadline, never touch an existing session."""
+
+import os
+import subprocess
+import sys
+
+from conftest import FAST, SCRIPTS
+from decodegap import paths
+from decodegap.record import read_session
+
+
+def run_batch(root, *args, pycache=None):
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
+    cmd = [sys.executable, "-m", "decodegap.batch", "--root", str(root), "--gpu", "cpu", "--models", "tiny-llama",
+           "--ctx", "32", "--modes", "eager", *args]
+    if pycache:
+        cmd += ["--pycache", str(pycache)]
+    return subprocess.run(cmd + ["--", *FAST], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+
+
+def session(root, s):
+    return paths.session_path(gpu="cpu", model="tiny-llama", ctx=32, attn="sdpa", quant="bf16", mode="eager", session=s, root=root)
+
+
+def test_batch_measures_skips_recorded_and_keeps_compiled_modules(tmp_path):
+    pycache = tmp_path / "pyc"
+    proc = run_batch(tmp_path, "--sessions", "0", "1", "--log-dir", str(tmp_path / "logs"), pycache=pycache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 sessions planned, 0 already recorded, 2 to measure" in proc.stdout
+    first = {s: session(tmp_path, s).read_bytes() for s in (0, 1)}
+    assert all(read_session(session(tmp_path, s))["session"] == s for s in (0, 1))
+    assert len(list((tmp_path / "logs").glob("*.log"))) == 2
+    # Each session's child process compiled into the prefix, so later sessions skip compiling.
+    assert list(pycache.rglob("decodegap/__pycache__/measure*.pyc")) or list(pycache.rglob("measure*.pyc"))
+
+    again = run_batch(tmp_path, "--sessions", "0", "1", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "3 sessions planned, 2 already recorded, 1 to measure" in again.stdout
+    assert {s: session(tmp_path, s).read_bytes() for s in (0, 1)} == first  # recorded sessions untouched
+    assert session(tmp_path, 2).exists()
+
+
+def test_batch_starts_nothing_past_its_deadline(tmp_path):
+    proc = run_batch(tmp_path, "--sessions", "0", "1", "--deadline-s", "10", "--reserve-s", "20")
+    assert proc.returncode == 0
+    assert "deadline: 2 sessions left for a later call" in proc.stdout
+    assert not session(tmp_path, 0).exists()
