@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from decodegap.tables import load_stats  # noqa: E402
+from decodegap.tables import SCOPE_LABEL, SCOPES, load_stats  # noqa: E402
 
 MODE_MARKERS = {"eager": "o", "static": "D", "graphed": "s"}
 
@@ -120,11 +120,11 @@ def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     style()
     rows = []
     for s in load_stats(stats_files):
-        for scope in ("valid", "all"):
+        for scope in SCOPES:
             sp = (s.get(scope) or {}).get("speedup")
             if sp and sp.get("estimate") is not None:
                 ci = sp.get("bca") or sp.get("percentile")
-                rows.append({"label": f"{gpus[s['cell']['gpu']]['display_name']}\nmeasured, {scope} (n={sp['n_sessions']})",
+                rows.append({"label": f"{gpus[s['cell']['gpu']]['display_name']}\nmeasured, {SCOPE_LABEL[scope]} (n={sp['n_sessions']})",
                              "x": sp["estimate"], "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "published": False})
     for f in reference:
         if f["quantity"] == "speedup" and str(f.get("mode") or "").startswith("ab-") and f.get("gpu") in gpus:
@@ -143,4 +143,29 @@ def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     ax.set_xlabel("speedup of CUDA graphs over eager (95 % CI; hollow = published)")
     if not rows:
         ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    save(fig, outputs)
+
+
+def host(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """Per block of steps: its median step time against the host CPU probe run just before it.
+    A launch-bound arm (eager) climbs with the probe, i.e. with a slower host core; a GPU-bound arm
+    (graphed) stays flat. One panel per A/B cell whose sessions carry the probe."""
+    style()
+    cells = [s for s in load_stats(stats_files) if s.get("host_blocks")]
+    fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.6 * max(1, len(cells)), 3.4), squeeze=False)
+    for ax, s in zip(axes[0], cells):
+        df = pd.DataFrame(s["host_blocks"])
+        sns.scatterplot(data=df, x="cpu_probe_ms", y="median_ms", hue="arm", style="arm", markers=MODE_MARKERS, ax=ax, s=22, alpha=0.8)
+        fastest = df.groupby("session")["cpu_probe_ms"].min().median()
+        ax.axvline(s["config"]["host_nominal_factor"] * fastest, color="0.5", lw=0.8, ls="--",
+                   label=f"host-nominal limit ({s['config']['host_nominal_factor']}x fastest, median session)")
+        c = s["cell"]
+        ax.set_title(f"{gpus[c['gpu']]['display_name']}, {models[c['model']]['display_name']}, ctx {c['ctx']}", fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("host CPU probe before the block (ms; higher = slower core)")
+        ax.set_ylabel("block median ms/step")
+        ax.legend(fontsize=6)
+    if not cells:
+        axes[0][0].text(0.5, 0.5, "no sessions with the host CPU probe", ha="center", va="center", transform=axes[0][0].transAxes)
     save(fig, outputs)

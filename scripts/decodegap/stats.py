@@ -10,9 +10,18 @@
 - A/B cells: the speedup of arm B over arm A is the mean over sessions of each session's paired
   ratio median(A)/median(B); its percentile and BCa intervals resample sessions (scipy, seeded).
 
-Everything is vectorised over resamples: no Python loop per resample. Statistics are computed twice
-where it matters: over valid sessions (the default the tables show) and over all sessions that ran,
-so that sessions flagged invalid stay visible instead of silently vanishing.
+Everything is vectorised over resamples: no Python loop per resample. Statistics are computed in
+up to three scopes: over valid sessions (the default the tables show); over all sessions that ran,
+so that sessions flagged invalid stay visible instead of silently vanishing; and, where sessions
+carry the host CPU probe, over host-nominal blocks only (below).
+
+Host-nominal blocks. An eager step is CPU work on one core, so on a host whose core speed changes
+(a shared VM host, a busy SMT sibling, frequency scaling) its time follows the host, not the GPU.
+Each session runs a fixed pure-Python probe before every block of steps. A block is host-nominal
+when its probe took at most host_nominal_factor x the fastest probe of its session: the core ran
+at about its full speed. The host_nominal scope keeps only those blocks, from sessions that are
+valid or invalid only for being unstable (the spread this scope addresses). It answers "what is
+the step time, or the speedup, when the host is not slowed", beside "all" (what this host gave).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ class StatsConfig:
     seed: int = 20261129
     confidence: float = 0.95
     time_source: str = "host"  # host: launch to token on the host (what a consumer waits); device: events
+    host_nominal_factor: float = 1.25  # a block is host-nominal when its CPU probe <= this x its session's fastest
 
 
 def _padded(samples_by_session: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -134,6 +144,31 @@ def _session_list(sessions: pd.DataFrame) -> list[dict]:
     return out
 
 
+def host_nominal_steps(steps: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """The steps of host-nominal blocks (see the module doc); steps without a probe are dropped."""
+    if "cpu_probe_ms" not in steps or not len(steps):
+        return steps.iloc[0:0]
+    probed = steps[steps["cpu_probe_ms"].notna()]
+    fastest = probed.groupby("session", observed=True)["cpu_probe_ms"].transform("min")
+    return probed[probed["cpu_probe_ms"] <= factor * fastest]
+
+
+def host_blocks(steps: pd.DataFrame, cfg: StatsConfig) -> list[dict]:
+    """Per block: its median step time and the CPU probe before it (the host-speed figure's points)."""
+    if "cpu_probe_ms" not in steps or not steps["cpu_probe_ms"].notna().any():
+        return []
+    col = _time_column(cfg)
+    probed = steps[steps["cpu_probe_ms"].notna()]
+    g = probed.groupby(["session", "arm", "block"], observed=True).agg(ms=(col, "median"), probe_ms=("cpu_probe_ms", "first"))
+    return [{"session": int(s), "arm": a, "block": int(b), "median_ms": float(r["ms"]), "cpu_probe_ms": float(r["probe_ms"])}
+            for (s, a, b), r in g.iterrows()]
+
+
+def _only_unstable(reasons) -> bool:
+    parts = [r for r in str(reasons or "").split("; ") if r]
+    return all(r.startswith("unstable:") for r in parts)
+
+
 def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dict, cfg: StatsConfig) -> dict:
     """The statistics record of one cell (JSON-ready)."""
     from decodegap.modes import arms_of
@@ -149,7 +184,7 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
         "arms": arms,
         "time_source": cfg.time_source,
         "gpu_spec": gpu,
-        "config": {"n_resamples": cfg.n_resamples, "seed": cfg.seed, "confidence": cfg.confidence},
+        "config": {"n_resamples": cfg.n_resamples, "seed": cfg.seed, "confidence": cfg.confidence, "host_nominal_factor": cfg.host_nominal_factor},
         "n_sessions": len(listing),
         "n_valid": len(valid_ids),
         "status": "valid" if valid_ids else ("invalid" if listing else "not measured"),
@@ -157,12 +192,18 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
         "sessions": listing,
         "valid": {},
         "all": {},
+        "host_nominal": {},
     }
-    for scope, ids in (("valid", valid_ids), ("all", ran_ids)):
+    nominal = host_nominal_steps(steps, cfg.host_nominal_factor)
+    unstable_only = {s["session"] for s in listing if s["status"] == "valid" or _only_unstable(s["reasons"])}
+    nominal = nominal[nominal["session"].isin(unstable_only)]
+    scopes = [("valid", valid_ids, steps), ("all", ran_ids, steps), ("host_nominal", set(nominal["session"].unique().tolist()), nominal)]
+    out["host_blocks"] = host_blocks(steps, cfg) if len(steps) else []
+    for scope, ids, scope_steps in scopes:
         if not ids:
             continue
         s_sel = sessions[sessions["session"].isin(ids)]
-        t_sel = steps[steps["session"].isin(ids)]
+        t_sel = scope_steps[scope_steps["session"].isin(ids)]
         per_arm = {arm: arm_stats(s_sel, t_sel, arm, gpu, cfg, rng) for arm in arms}
         out[scope]["arms"] = per_arm
         if len(arms) == 2 and all(per_arm.values()):

@@ -103,6 +103,10 @@ def _ci_text(log, quantity: str, cid: str, ci, meta) -> Markup | str:
     return Markup(f"[{lo}, {hi}]")
 
 
+SCOPES = ("valid", "all", "host_nominal")  # stats.py's scopes, in the order the tables list them
+SCOPE_LABEL = {"valid": "valid", "all": "all", "host_nominal": "host-nominal"}
+
+
 def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
     stats = load_stats(stats_files)
     log = NumberLog("ab")
@@ -110,7 +114,7 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
     for s in stats:
         cid = _cell_id(s["cell"])
         arms = s["arms"]
-        for scope in ("valid", "all"):
+        for scope in SCOPES:
             sc = s.get(scope) or {}
             sp = sc.get("speedup")
             if not sp:
@@ -119,7 +123,7 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
             a, b = sc["arms"][arms[0]], sc["arms"][arms[1]]
             rows.append({
                 "gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
-                "ctx": s["cell"]["ctx"], "arms": f"{arms[0]} / {arms[1]}", "scope": scope,
+                "ctx": s["cell"]["ctx"], "arms": f"{arms[0]} / {arms[1]}", "scope": SCOPE_LABEL[scope],
                 "n": log.num(f"n_sessions/{cid}/{scope}", sp["n_sessions"], 0, quantity="n_sessions", **meta),
                 "a": log.num(f"ms_per_step/{cid}/{arms[0]}/{scope}", a["median_ms"], 2, quantity="ms_per_step", arm=arms[0], **meta),
                 "b": log.num(f"ms_per_step/{cid}/{arms[1]}/{scope}", b["median_ms"], 2, quantity="ms_per_step", arm=arms[1], **meta),

@@ -182,7 +182,7 @@ class Plan:
         return out
 
     def figures(self) -> dict[str, list[str]]:
-        return {name: [f"report/figures/{name}.pdf", f"report/figures/{name}.png"] for name in ("ladder", "context", "ab")}
+        return {name: [f"report/figures/{name}.pdf", f"report/figures/{name}.png"] for name in ("ladder", "context", "ab", "host")}
 
     def final_targets(self) -> list[str]:
         return ["report/paper_tables.tex", "report/provenance.json", ALL_SESSIONS, ALL_STEPS]

@@ -1,4 +1,4 @@
-# Snakemake entry point: one figure (ladder, context or ab), PDF and PNG.
+# Snakemake entry point: one figure (ladder, context, ab or host), PDF and PNG.
 import sys
 
 sys.path.insert(0, snakemake.scriptdir + "/..")
@@ -14,6 +14,8 @@ def body():
         figures.ladder(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.headline_model, p.headline_ctx, snakemake.output)
     elif p.name == "context":
         figures.context(snakemake.input.stats, p.gpus, p.models, snakemake.output)
+    elif p.name == "host":
+        figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:
         figures.ab(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
 

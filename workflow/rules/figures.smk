@@ -66,3 +66,22 @@ rule figure_ab:
         gpus=GPU_TABLE,
     script:
         "../../scripts/rules/figure.py"
+
+
+rule figure_host:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.ab_stats(),
+    output:
+        report("report/figures/host.pdf", caption="../report/host.rst", category="Figures"),
+        "report/figures/host.png",
+    log:
+        "logs/figures/host.log",
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="host",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/figure.py"
