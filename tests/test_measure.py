@@ -36,6 +36,8 @@ def test_fresh_process_session_end_to_end(tmp_path):
     assert arm["timed"]["block"] == [i // block_steps for i in range(40)]
     assert len(rec["cpu_probe"]["ms_before_block"]) == -(-40 // block_steps)
     assert all(ms > 0 for ms in rec["cpu_probe"]["ms_before_block"])
+    probes = rec["protocol"]["step_probe_iterations"]
+    assert probes > 0 and len(arm["timed"]["cpu_probe_before_ms"]) == len(arm["timed"]["cpu_probe_after_ms"]) == 40
     for snap in ("host_start", "host_before_timed", "host_end"):
         assert rec["environment"][snap]["run_delay_ms"] is not None  # Linux exposes schedstat
     floor = rec["floor"]

@@ -75,3 +75,39 @@ def test_ab_cell_speedup_and_scopes():
     assert r["valid"]["speedup"]["n_sessions"] == 3 and r["all"]["speedup"]["n_sessions"] == 4
     assert r["valid"]["speedup"]["estimate"] == pytest.approx(1.5, rel=0.01)
     assert r["valid"]["speedup"]["of"] == "graphed" and r["valid"]["speedup"]["over"] == "eager"
+
+
+def test_host_nominal_scope_keeps_steps_run_at_full_core_speed():
+    """Eager slows 1.6x whenever the host core does (probe 2x); graphed does not. The host-nominal
+    speedup is the full-speed one, a wholly slowed session has no nominal steps, and a session
+    flagged for anything but instability stays out."""
+    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0}, sessions=5,
+                              status={3: "invalid", 4: "invalid"})
+    sessions.loc[sessions["session"] == 3, "reasons"] = "unstable: eager stdev is 30% of the mean (limit 10%)"
+    sessions.loc[sessions["session"] == 4, "reasons"] = "foreign GPU process: pid 7"
+    steps["block"] = steps.groupby(["session", "arm"]).cumcount() // 8
+    slow = (steps["session"] == 3) | ((steps["session"] < 3) & (steps["block"] % 3 == 0))
+    steps["step_probe_ns_per_iter"] = np.where(slow, 80.0, 40.0) + np.random.default_rng(1).uniform(0, 2, len(steps))
+    steps.loc[slow & (steps["arm"] == "eager"), "host_ms"] *= 1.6
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
+    r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
+
+    nominal = r["host_nominal"]["speedup"]
+    assert nominal["sessions"] == [0, 1, 2]  # 3: no full-speed step; 4: flagged for a foreign process
+    assert nominal["estimate"] == pytest.approx(1.5, rel=0.01)
+    assert r["all"]["speedup"]["estimate"] > 1.6  # what this host gave, slow stretches included
+    rule = r["host_nominal_rule"]
+    assert rule["probe"] == "step_probe_ns_per_iter" and 40.0 <= rule["reference_ns_per_iter"] < 41.0
+    assert rule["limit_ns_per_iter"] == pytest.approx(1.25 * rule["reference_ns_per_iter"])
+    # the figure's points: one per (session, arm, block), with the block's host speed beside it
+    points = pd.DataFrame(r["host_blocks"])
+    assert len(points) == len(steps.groupby(["session", "arm", "block"]))
+    slow_eager = points[(points["arm"] == "eager") & (points["probe_ns_per_iter"] > 60)]
+    assert (slow_eager["median_ms"] > 4.5).all()
+
+
+def test_host_nominal_scope_is_absent_without_probes():
+    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0})
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
+    r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
+    assert r["host_nominal"] == {} and r["host_nominal_rule"] is None and r["host_blocks"] == []

@@ -4,7 +4,8 @@ sessions: one row per (session, arm): cell keys, status and reasons, floor input
           code summary, and the raw file's path and sha256. A session that never ran an arm (an
           expected failure) still has one row, arm = null, so invalid cells flow through.
 steps:    one row per timed step: cell keys, session, arm, step index, block, host and device ms,
-          the launching thread's CPU ms, and the host-speed probe taken before the step's block.
+          the launching thread's CPU ms, and the host core's speed from the CPU probes (before the
+          step's block; around the step itself).
 
 A corrupt, truncated or foreign raw file, or one filed under another cell's folder, stops the run
 with an error naming the file.
@@ -75,7 +76,10 @@ STEPS_SCHEMA = pa.schema(
         pa.field("host_ms", pa.float64(), nullable=False),
         pa.field("device_ms", pa.float64()),
         pa.field("host_cpu_ms", pa.float64()),  # launching thread's CPU time; null before 2026-11-29
-        pa.field("cpu_probe_ms", pa.float64()),  # the host-speed probe run before this step's block
+        # Host core speed as ns per iteration of the CPU probe (higher: slower core): the probe run
+        # before this step's block, and the slower of the probes just before and after the step.
+        pa.field("block_probe_ns_per_iter", pa.float64()),
+        pa.field("step_probe_ns_per_iter", pa.float64()),
     ]
 )
 
@@ -142,10 +146,17 @@ def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], li
         )
         n = len(host)
         blocks = timed.get("block") or [None] * n
-        probes = (record.get("cpu_probe") or {}).get("ms_before_block") or []
-        probe_of = [probes[b] if b is not None and b < len(probes) else None for b in blocks]
-        for i, (h, d, c, b, pr) in enumerate(zip(host, device or [None] * n, cpu or [None] * n, blocks, probe_of)):
-            steps.append({**cell, "arm": arm["mode"], "step": i, "block": b, "host_ms": h, "device_ms": d, "host_cpu_ms": c, "cpu_probe_ms": pr})
+        block_probe = record.get("cpu_probe") or {}
+        per_block = [ms * 1e6 / block_probe["iterations"] for ms in block_probe.get("ms_before_block") or []]
+        block_x = [per_block[b] if b is not None and b < len(per_block) else None for b in blocks]
+        step_iters = record["protocol"].get("step_probe_iterations") or 0
+        if step_iters and timed.get("cpu_probe_before_ms"):
+            step_x = [max(a, z) * 1e6 / step_iters for a, z in zip(timed["cpu_probe_before_ms"], timed["cpu_probe_after_ms"])]
+        else:
+            step_x = [None] * n
+        for i, (h, d, c, b, bx, sx) in enumerate(zip(host, device or [None] * n, cpu or [None] * n, blocks, block_x, step_x)):
+            steps.append({**cell, "arm": arm["mode"], "step": i, "block": b, "host_ms": h, "device_ms": d, "host_cpu_ms": c,
+                          "block_probe_ns_per_iter": bx, "step_probe_ns_per_iter": sx})
     return sessions, steps
 
 

@@ -147,23 +147,25 @@ def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
 
 
 def host(stats_files, gpus: dict, models: dict, outputs) -> None:
-    """Per block of steps: its median step time against the host CPU probe run just before it.
-    A launch-bound arm (eager) climbs with the probe, i.e. with a slower host core; a GPU-bound arm
+    """Per block of steps: its median step time against the host core's speed beside it (the CPU
+    probe, ns per iteration). A launch-bound arm (eager) climbs as the core slows; a GPU-bound arm
     (graphed) stays flat. One panel per A/B cell whose sessions carry the probe."""
     style()
     cells = [s for s in load_stats(stats_files) if s.get("host_blocks")]
     fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.6 * max(1, len(cells)), 3.4), squeeze=False)
     for ax, s in zip(axes[0], cells):
         df = pd.DataFrame(s["host_blocks"])
-        sns.scatterplot(data=df, x="cpu_probe_ms", y="median_ms", hue="arm", style="arm", markers=MODE_MARKERS, ax=ax, s=22, alpha=0.8)
-        fastest = df.groupby("session")["cpu_probe_ms"].min().median()
-        ax.axvline(s["config"]["host_nominal_factor"] * fastest, color="0.5", lw=0.8, ls="--",
-                   label=f"host-nominal limit ({s['config']['host_nominal_factor']}x fastest, median session)")
+        sns.scatterplot(data=df, x="probe_ns_per_iter", y="median_ms", hue="arm", style="arm", markers=MODE_MARKERS, ax=ax, s=22, alpha=0.8)
+        rule = s.get("host_nominal_rule")
+        if rule:
+            ax.axvline(rule["limit_ns_per_iter"], color="0.5", lw=0.8, ls="--",
+                       label=f"host-nominal limit ({rule['factor']} x the fast tail)")
         c = s["cell"]
         ax.set_title(f"{gpus[c['gpu']]['display_name']}, {models[c['model']]['display_name']}, ctx {c['ctx']}", fontsize=8)
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("host CPU probe before the block (ms; higher = slower core)")
+        probe = "around each step, block median" if df["probe"].iloc[0].startswith("step") else "before the block"
+        ax.set_xlabel(f"host CPU probe, ns/iteration ({probe}; higher = slower core)")
         ax.set_ylabel("block median ms/step")
         ax.legend(fontsize=6)
     if not cells:

@@ -75,12 +75,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--min-samples", type=int, default=d.min_samples)
     p.add_argument("--min-duration-s", type=float, default=d.min_duration_s)
     p.add_argument("--max-rel-stdev", type=float, default=d.max_rel_stdev)
+    p.add_argument("--step-probe-iterations", type=int, default=d.step_probe_iterations,
+                   help="CPU-speed probe loop run before and after every timed step, outside its timing (0: off)")
     args = p.parse_args(argv)
     if args.ctx < 1:
         p.error(f"--ctx must be positive, got {args.ctx}")
     if args.session < 0:
         p.error(f"--session must be >= 0, got {args.session}")
-    for name in ("warmup_steps", "timed_steps", "ab_blocks", "ab_block_steps", "min_samples"):
+    for name in ("warmup_steps", "timed_steps", "ab_blocks", "ab_block_steps", "min_samples", "step_probe_iterations"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
     return args
@@ -178,7 +180,7 @@ class Session:
                 if prepare_steps:
                     log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s")
                 decoders[mode] = dec
-                timers[mode] = StepTimer(self.device, timed_per_arm)
+                timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
                 warm[mode] = StepTimer(self.device, p.warmup_steps)
                 self.arms.append(
                     {"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps}
@@ -278,6 +280,7 @@ def main(argv=None) -> int:
         warmup_steps=args.warmup_steps, timed_steps=args.timed_steps, ab_blocks=args.ab_blocks,
         ab_block_steps=args.ab_block_steps, min_samples=args.min_samples,
         min_duration_s=args.min_duration_s, max_rel_stdev=args.max_rel_stdev,
+        step_probe_iterations=args.step_probe_iterations,
     )
     log(f"cell gpu={args.gpu} model={args.model} ctx={args.ctx} attn={args.attn} quant={args.quant} mode={args.mode} session={args.session} -> {out}")
 

@@ -15,13 +15,16 @@ up to three scopes: over valid sessions (the default the tables show); over all 
 so that sessions flagged invalid stay visible instead of silently vanishing; and, where sessions
 carry the host CPU probe, over host-nominal blocks only (below).
 
-Host-nominal blocks. An eager step is CPU work on one core, so on a host whose core speed changes
+Host-nominal steps. An eager step is CPU work on one core, so on a host whose core speed changes
 (a shared VM host, a busy SMT sibling, frequency scaling) its time follows the host, not the GPU.
 Each session runs a fixed pure-Python probe before every block of steps. A block is host-nominal
-when its probe took at most host_nominal_factor x the fastest probe of its session: the core ran
-at about its full speed. The host_nominal scope keeps only those blocks, from sessions that are
-valid or invalid only for being unstable (the spread this scope addresses). It answers "what is
-the step time, or the speedup, when the host is not slowed", beside "all" (what this host gave).
+before every block of steps, and a short one just before and after every step (sessions from
+2026-11-29 on). A step is host-nominal when its probe (the slower of the two around it; else the
+one before its block) took at most host_nominal_factor x the cell's fast tail (1st percentile):
+the core ran at about its full speed. The host_nominal scope keeps only those steps, from sessions
+that are valid or invalid only for being unstable (the spread this scope addresses). It answers
+"what is the step time, or the speedup, when the host is not slowed", beside "all" (what this
+host gave).
 """
 
 from __future__ import annotations
@@ -144,23 +147,42 @@ def _session_list(sessions: pd.DataFrame) -> list[dict]:
     return out
 
 
-def host_nominal_steps(steps: pd.DataFrame, factor: float) -> pd.DataFrame:
-    """The steps of host-nominal blocks (see the module doc); steps without a probe are dropped."""
-    if "cpu_probe_ms" not in steps or not len(steps):
-        return steps.iloc[0:0]
-    probed = steps[steps["cpu_probe_ms"].notna()]
-    fastest = probed.groupby("session", observed=True)["cpu_probe_ms"].transform("min")
-    return probed[probed["cpu_probe_ms"] <= factor * fastest]
+PROBE_COLUMNS = ("step_probe_ns_per_iter", "block_probe_ns_per_iter")  # finest first
+
+
+def host_probe_column(steps: pd.DataFrame) -> str | None:
+    """The finest host-speed probe the cell's steps carry: per step where any session has it, else
+    per block; None for sessions measured before the probe existed."""
+    for col in PROBE_COLUMNS:
+        if col in steps and steps[col].notna().any():
+            return col
+    return None
+
+
+def host_nominal_steps(steps: pd.DataFrame, factor: float) -> tuple[pd.DataFrame, dict | None]:
+    """The steps run while the host core was at about full speed (see the module doc), and how
+    they were chosen. The reference is the cell's 1st percentile of the probe: a core cannot run
+    the probe faster than its full speed, so the fast tail is that speed, and a session spent
+    wholly on a slowed core has no nominal steps (a per-session reference would call them nominal).
+    Only sessions with the finest probe the cell has take part, so one rule applies to all."""
+    col = host_probe_column(steps)
+    if col is None:
+        return steps.iloc[0:0], None
+    probed = steps[steps[col].notna()]
+    reference = float(probed[col].quantile(0.01))
+    rule = {"probe": col, "reference_ns_per_iter": reference, "factor": factor, "limit_ns_per_iter": factor * reference}
+    return probed[probed[col] <= factor * reference], rule
 
 
 def host_blocks(steps: pd.DataFrame, cfg: StatsConfig) -> list[dict]:
-    """Per block: its median step time and the CPU probe before it (the host-speed figure's points)."""
-    if "cpu_probe_ms" not in steps or not steps["cpu_probe_ms"].notna().any():
+    """Per block: its median step time and the host speed beside it (the host figure's points):
+    the block's median step probe where steps carry one, else the probe before the block."""
+    col = host_probe_column(steps)
+    if col is None:
         return []
-    col = _time_column(cfg)
-    probed = steps[steps["cpu_probe_ms"].notna()]
-    g = probed.groupby(["session", "arm", "block"], observed=True).agg(ms=(col, "median"), probe_ms=("cpu_probe_ms", "first"))
-    return [{"session": int(s), "arm": a, "block": int(b), "median_ms": float(r["ms"]), "cpu_probe_ms": float(r["probe_ms"])}
+    probed = steps[steps[col].notna()]
+    g = probed.groupby(["session", "arm", "block"], observed=True).agg(ms=(_time_column(cfg), "median"), x=(col, "median"))
+    return [{"session": int(s), "arm": a, "block": int(b), "median_ms": float(r["ms"]), "probe_ns_per_iter": float(r["x"]), "probe": col}
             for (s, a, b), r in g.iterrows()]
 
 
@@ -194,7 +216,7 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
         "all": {},
         "host_nominal": {},
     }
-    nominal = host_nominal_steps(steps, cfg.host_nominal_factor)
+    nominal, out["host_nominal_rule"] = host_nominal_steps(steps, cfg.host_nominal_factor)
     unstable_only = {s["session"] for s in listing if s["status"] == "valid" or _only_unstable(s["reasons"])}
     nominal = nominal[nominal["session"].isin(unstable_only)]
     scopes = [("valid", valid_ids, steps), ("all", ran_ids, steps), ("host_nominal", set(nominal["session"].unique().tolist()), nominal)]

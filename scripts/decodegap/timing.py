@@ -10,9 +10,12 @@ import torch
 
 
 class StepTimer:
-    def __init__(self, device_type: str, capacity: int):
+    def __init__(self, device_type: str, capacity: int, probe_iterations: int = 0):
         self.cuda = device_type == "cuda"
         self.capacity = capacity
+        self.probe_iterations = probe_iterations
+        self._probe_before: list[float] = []
+        self._probe_after: list[float] = []
         if self.cuda:
             # Events are made up front: creating them inside the timed loop would be timed too.
             self._starts = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
@@ -28,6 +31,8 @@ class StepTimer:
         i = len(self._host_ns)
         if i >= self.capacity:
             raise RuntimeError(f"timer capacity {self.capacity} exceeded")
+        if self.probe_iterations:  # the host core's speed just before and just after, untimed
+            self._probe_before.append(cpu_probe_ms(self.probe_iterations))
         c0 = time.thread_time_ns()  # outside the wall window: the wall clock times only the step
         t0 = time.perf_counter_ns()
         if self.cuda:
@@ -38,6 +43,8 @@ class StepTimer:
         token = decoder.read_token()
         self._host_ns.append(time.perf_counter_ns() - t0)
         self._cpu_ns.append(time.thread_time_ns() - c0)
+        if self.probe_iterations:
+            self._probe_after.append(cpu_probe_ms(self.probe_iterations))
         self.tokens.append(token)
         return token
 
@@ -50,7 +57,10 @@ class StepTimer:
         return [ns / 1e6 for ns in self._cpu_ns]
 
     def samples(self) -> dict:
-        return {"host_ms": self.host_ms(), "device_ms": self.device_ms(), "host_cpu_ms": self.host_cpu_ms(), "tokens": self.tokens}
+        out = {"host_ms": self.host_ms(), "device_ms": self.device_ms(), "host_cpu_ms": self.host_cpu_ms(), "tokens": self.tokens}
+        if self.probe_iterations:
+            out["cpu_probe_before_ms"], out["cpu_probe_after_ms"] = self._probe_before, self._probe_after
+        return out
 
     def device_ms(self) -> list[float] | None:
         """Event times; None on a CPU, which has no device clock apart from the host's."""
@@ -84,7 +94,8 @@ def cpu_probe_ms(iterations: int = PROBE_ITERATIONS) -> float:
 
     An eager decode step is mostly interpreter and dispatcher work on one core, so its time tracks
     this probe when the host's speed changes (frequency, a busy SMT sibling, a shared VM host).
-    Run between blocks, never inside a timed step."""
+    Run between blocks (PROBE_ITERATIONS) and around every step (Protocol.step_probe_iterations,
+    about 0.08 ms at full speed), never inside a timed step."""
     t0 = time.perf_counter_ns()
     acc = 0
     for i in range(iterations):

@@ -21,6 +21,7 @@ class Protocol:
     min_duration_s: float = 0.2  # timed host time per arm
     max_rel_stdev: float = 0.10  # pyperf: stdev >= 10 % of the mean -> unstable
     outlier_rel: float = 0.50  # pyperf: min or max >= 50 % off the mean -> warning
+    step_probe_iterations: int = 2000  # CPU probe before and after every step, outside its timing (0: off)
 
     def as_record(self) -> dict:
         return asdict(self)
