@@ -2,9 +2,13 @@
 capture), from the records themselves. Target on the H200 for a 7B card: <= 15 s per session, so
 that the whole bundled matrix fits in 15 device-minutes.
 
-    python benchmarks/session_overhead.py results/raw/h200
+    python benchmarks/session_overhead.py results/raw/h200 [--commit PREFIX]
+
+--commit keeps the sessions measured by one code version (e.g. those run with the batch runner's
+compiled-module cache), so a change to the overhead can be read side by side with the old one.
 """
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -15,14 +19,16 @@ from decodegap.record import read_session  # noqa: E402
 PHASES = ("process_start_to_main", "imports", "bandwidth", "build", "prefill", "prepare", "warmup", "timed", "outside_timed_loop")
 
 
-def main(root: str) -> None:
+def main(root: str, commit: str | None = None) -> None:
     rows = []
     for path in sorted(Path(root).rglob("s*.json")):
         rec = read_session(path)
+        if commit and not (rec["code"]["commit"] or "").startswith(commit):
+            continue
         ph = rec["time"]["phases_s"]
         rows.append({k: ph.get(k) or 0.0 for k in PHASES} | {"mode": rec["cell"]["mode"], "total": rec["time"]["duration_s"]})
     if not rows:
-        sys.exit(f"no sessions under {root}")
+        sys.exit(f"no sessions under {root}" + (f" with code commit {commit}*" if commit else ""))
     print(f"{len(rows)} sessions under {root}; seconds per session (median / max):")
     for mode in sorted({r["mode"] for r in rows}):
         sel = [r for r in rows if r["mode"] == mode]
@@ -35,4 +41,8 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "results/raw/h200")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", nargs="?", default="results/raw/h200")
+    ap.add_argument("--commit", default=None, help="only sessions whose recorded code commit starts with this")
+    a = ap.parse_args()
+    main(a.root, a.commit)

@@ -1,8 +1,10 @@
 """The code a session ran: git commit, dirty flag and sha256 of every measurement source.
 
 The hashes are the ground truth: they are taken from the files that actually ran. The commit comes
-from git when the checkout has one, else from DECODEGAP_GIT_COMMIT / DECODEGAP_GIT_DIRTY, which a
-launcher sets when it ships a copy of the tree without .git (as the lent GPU's tool does).
+from DECODEGAP_GIT_COMMIT / DECODEGAP_GIT_DIRTY when a launcher sets them (it ships a copy of the
+tree whose .git, if any, need not be the commit it copied: the lent GPU's copy carried a stale one),
+else from git. `matching_commits` answers from the hashes alone which commits a record's sources
+equal, so a wrong or dirty commit in a record can be audited (`python -m decodegap.provenance code`).
 """
 
 from __future__ import annotations
@@ -49,13 +51,13 @@ def _git(root: Path, *args: str) -> str | None:
 def code_version(root: Path = REPO_ROOT) -> dict:
     files = {str(p.relative_to(root)): sha256_file(p) for p in source_files(root)}
     commit = _git(root, "rev-parse", "HEAD") if (root / ".git").exists() else None
-    if commit:
-        status = _git(root, "status", "--porcelain", "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml")
-        dirty, origin = bool(status), "git"
-    elif os.environ.get("DECODEGAP_GIT_COMMIT"):
+    if os.environ.get("DECODEGAP_GIT_COMMIT"):
         commit = os.environ["DECODEGAP_GIT_COMMIT"]
         dirty = os.environ.get("DECODEGAP_GIT_DIRTY", "unknown").lower() in ("1", "true", "yes")
         origin = "env"
+    elif commit:
+        status = _git(root, "status", "--porcelain", "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml")
+        dirty, origin = bool(status), "git"
     else:
         commit, dirty, origin = None, None, "unknown"
     return {
@@ -65,3 +67,30 @@ def code_version(root: Path = REPO_ROOT) -> dict:
         "sources_sha256": sources_sha256(files),
         "files": files,
     }
+
+
+def matching_commits(files: dict[str, str], root: Path = REPO_ROOT, max_commits: int = 1000) -> list[str] | None:
+    """Commits reachable from HEAD (newest first) whose measurement sources hash exactly to
+    `files` (a record's code.files); None without a git history. A file the record lists that a
+    commit lacks, or a source a commit has that the record lacks, is a mismatch."""
+    revs = _git(root, "rev-list", f"--max-count={max_commits}", "HEAD")
+    if revs is None:
+        return None
+    blob_sha256: dict[str, str] = {}
+    out = []
+    for rev in revs.split():
+        listing = _git(root, "ls-tree", "-r", rev, "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml") or ""
+        tree = {}
+        for line in listing.splitlines():
+            meta, path = line.split("\t", 1)
+            if any(Path(path).match(g) for g in SOURCE_GLOBS):
+                tree[path] = meta.split()[2]
+        if set(tree) != set(files):
+            continue
+        for path, blob in tree.items():
+            if blob not in blob_sha256:
+                data = subprocess.run(["git", "-C", str(root), "cat-file", "blob", blob], capture_output=True, timeout=20).stdout
+                blob_sha256[blob] = hashlib.sha256(data).hexdigest()
+        if all(blob_sha256[tree[p]] == h for p, h in files.items()):
+            out.append(rev)
+    return out

@@ -9,6 +9,8 @@ and code version each ran under, and the rule chain that turned them into the nu
                                    print a number's lineage; --recompute re-reads the raw files and
                                    recomputes the number from their samples
     python -m decodegap.provenance check                   re-hash every raw file; exit 1 if any changed
+    python -m decodegap.provenance code [RAW_DIR ...]      which commits each session's measurement
+                                   sources equal, from their hashes (audits the commit a record names)
 """
 
 from __future__ import annotations
@@ -183,6 +185,32 @@ def check(doc: dict) -> int:
     return 1 if bad else 0
 
 
+def code(raw_dirs: list[str]) -> int:
+    """Group sessions by their measurement sources' hash and name the commits with exactly those
+    sources. Exit 1 when a group matches no commit in the history (code that was never committed)."""
+    from decodegap.codeversion import matching_commits
+    from decodegap.record import read_session
+
+    groups: dict[str, dict] = {}
+    for d in raw_dirs:
+        for path in sorted(Path(d).rglob("s*.json")):
+            c = read_session(path)["code"]
+            g = groups.setdefault(c["sources_sha256"], {"files": c["files"], "claimed": set(), "n": 0})
+            g["claimed"].add(f"{c['commit'] or 'none'}{' (dirty)' if c['dirty'] else ''} [{c['commit_origin']}]")
+            g["n"] += 1
+    unmatched = 0
+    for sha, g in groups.items():
+        found = matching_commits(g["files"])
+        if found is None:
+            print("no git history here: cannot match sources to commits", file=sys.stderr)
+            return 2
+        unmatched += not found
+        first = ", ".join(f[:10] for f in found[-1:]) + (f" (+{len(found) - 1} later commits with the same sources)" if len(found) > 1 else "")
+        print(f"sources {sha[:16]}...  {g['n']} sessions; record says {', '.join(sorted(g['claimed']))}; "
+              f"sources first committed in: {first if found else 'NO COMMIT'}")
+    return 1 if unmatched else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m decodegap.provenance", description=__doc__.split("\n\n")[0])
     p.add_argument("--provenance", default=DEFAULT)
@@ -193,7 +221,11 @@ def main(argv=None) -> int:
     ln.add_argument("key")
     ln.add_argument("--recompute", action="store_true", help="recompute it from the raw samples")
     sub.add_parser("check", help="re-hash the raw files; exit 1 if any changed")
+    cd = sub.add_parser("code", help="match each session's measurement sources to the commits that hold them")
+    cd.add_argument("raw_dirs", nargs="*", default=["results/raw"])
     args = p.parse_args(argv)
+    if args.cmd == "code":
+        return code(args.raw_dirs)
     doc = load(args.provenance)
     if args.cmd == "keys":
         for key, e in doc["numbers"].items():
