@@ -2,10 +2,10 @@
 capture), from the records themselves. Target on the H200 for a 7B card: <= 15 s per session, so
 that the whole bundled matrix fits in 15 device-minutes.
 
-    python benchmarks/session_overhead.py results/raw/h200 [--commit PREFIX]
+    python benchmarks/session_overhead.py results/raw/h200 [--since 2026-11-29T10:40] [--until ...]
 
---commit keeps the sessions measured by one code version (e.g. those run with the batch runner's
-compiled-module cache), so a change to the overhead can be read side by side with the old one.
+--since/--until keep the sessions started in a window (UTC, ISO 8601), e.g. the runs made with
+the batch runner's compiled-module cache, so a change to the overhead reads beside the old one.
 """
 
 import argparse
@@ -19,16 +19,17 @@ from decodegap.record import read_session  # noqa: E402
 PHASES = ("process_start_to_main", "imports", "bandwidth", "build", "prefill", "prepare", "warmup", "timed", "outside_timed_loop")
 
 
-def main(root: str, commit: str | None = None) -> None:
+def main(root: str, since: str | None = None, until: str | None = None) -> None:
     rows = []
     for path in sorted(Path(root).rglob("s*.json")):
         rec = read_session(path)
-        if commit and not (rec["code"]["commit"] or "").startswith(commit):
+        started = rec["time"]["started_utc"][:19]
+        if (since and started < since) or (until and started >= until):
             continue
         ph = rec["time"]["phases_s"]
         rows.append({k: ph.get(k) or 0.0 for k in PHASES} | {"mode": rec["cell"]["mode"], "total": rec["time"]["duration_s"]})
     if not rows:
-        sys.exit(f"no sessions under {root}" + (f" with code commit {commit}*" if commit else ""))
+        sys.exit(f"no sessions under {root}" + (f" started in [{since}, {until})" if since or until else ""))
     print(f"{len(rows)} sessions under {root}; seconds per session (median / max):")
     for mode in sorted({r["mode"] for r in rows}):
         sel = [r for r in rows if r["mode"] == mode]
@@ -43,6 +44,7 @@ def main(root: str, commit: str | None = None) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", nargs="?", default="results/raw/h200")
-    ap.add_argument("--commit", default=None, help="only sessions whose recorded code commit starts with this")
+    ap.add_argument("--since", default=None, help="only sessions started at or after this UTC time (ISO 8601)")
+    ap.add_argument("--until", default=None, help="only sessions started before this UTC time")
     a = ap.parse_args()
-    main(a.root, a.commit)
+    main(a.root, a.since, a.until)
