@@ -34,11 +34,12 @@ def test_batch_measures_skips_recorded_and_keeps_compiled_modules(tmp_path):
     # Each session's child process compiled into the prefix, so later sessions skip compiling.
     assert list(pycache.rglob("decodegap/__pycache__/measure*.pyc")) or list(pycache.rglob("measure*.pyc"))
 
-    again = run_batch(tmp_path, "--sessions", "0", "1", "2")
+    cpu = min(os.sched_getaffinity(0))
+    again = run_batch(tmp_path, "--sessions", "0", "1", "2", "--cpus", str(cpu))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "3 sessions planned, 2 already recorded, 1 to measure" in again.stdout
     assert {s: session(tmp_path, s).read_bytes() for s in (0, 1)} == first  # recorded sessions untouched
-    assert session(tmp_path, 2).exists()
+    assert read_session(session(tmp_path, 2))["environment"]["host_start"]["cpu_affinity"] == [cpu]  # pinned
 
 
 def test_batch_starts_nothing_past_its_deadline(tmp_path):

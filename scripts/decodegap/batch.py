@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     p.add_argument("--pycache", default=os.environ.get("PYTHONPYCACHEPREFIX") or str(Path.home() / ".cache/decodegap/pycache"),
                    help="PYTHONPYCACHEPREFIX for the sessions: where an image with no writable __pycache__ keeps compiled "
                    "modules, so only the first session pays for compiling torch and transformers (default: %(default)s)")
+    p.add_argument("--cpus", type=int, nargs="+", default=None,
+                   help="pin every session to these CPUs (the host side of an eager step is one core's work; "
+                   "benchmarks/host_cpu_survey.py finds the steadiest); each record keeps its affinity")
     p.add_argument("measure_args", nargs=argparse.REMAINDER, help="after '--': passed to every measurement")
     args = p.parse_args(argv)
     extra = [a for a in args.measure_args if a != "--"]
@@ -54,6 +57,7 @@ def main(argv=None) -> int:
     # PYTHONDONTWRITEBYTECODE (clean trees, read-only images) does not apply; it is lifted for the
     # sessions, which would otherwise each recompile torch and transformers (about 3.5 s on the H200).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": args.pycache}
+    pin = (lambda: os.sched_setaffinity(0, set(args.cpus))) if args.cpus else None
     cells = planned(args)
     todo = [c for c in cells if not paths.session_path(root=args.root, **c).exists()]
     print(f"[batch] {len(cells)} sessions planned, {len(cells) - len(todo)} already recorded, {len(todo)} to measure", flush=True)
@@ -73,10 +77,10 @@ def main(argv=None) -> int:
             log = Path(args.log_dir) / (paths.session_path(**cell).relative_to(paths.RAW_ROOT).as_posix().replace("/", "__") + ".log")
             log.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "w") as f:
-                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+                rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=pin)
             tail = log.read_text().strip().splitlines()[-1:] or [""]
         else:
-            rc, tail = subprocess.call(cmd, env=env), [""]
+            rc, tail = subprocess.call(cmd, env=env, preexec_fn=pin), [""]
         done += 1
         print(f"[batch] {i}/{len(todo)} {label}: rc={rc} in {time.perf_counter() - t:.1f} s  {tail[0][:160]}", flush=True)
         if rc != 0:
