@@ -34,9 +34,11 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
         level = base_ms * (1.0 if mode == "graphed" else 1.3) * (1 + 0.02 * rng.standard_normal())
         host = (level * (1 + spread * rng.standard_normal(n_steps))).clip(min=0.001)
         device = host * 0.99
-        timed = {"host_ms": host.tolist(), "device_ms": device.tolist(), "tokens": rng.integers(0, 100, n_steps).tolist()}
-        if len(arms_modes) == 2:
-            timed["block"] = [i + 2 * (j // 16) for j in range(n_steps)]
+        probe_ms = lambda n: (protocol.step_probe_iterations * 33e-6 * (1 + 0.02 * rng.random(n))).tolist()  # noqa: E731
+        timed = {"host_ms": host.tolist(), "device_ms": device.tolist(), "host_cpu_ms": host.tolist(),
+                 "cpu_probe_before_ms": probe_ms(n_steps), "cpu_probe_after_ms": probe_ms(n_steps),
+                 "tokens": rng.integers(0, 100, n_steps).tolist()}
+        timed["block"] = [i + 2 * (j // 16) for j in range(n_steps)] if len(arms_modes) == 2 else [j // 16 for j in range(n_steps)]
         arms.append({
             "mode": mode, "prefill": {"host_ms": 100.0, "device_ms": 99.0}, "prepare_steps": 0,
             "warmup": {"host_ms": host[:4].tolist(), "device_ms": device[:4].tolist(), "tokens": [1, 2, 3, 4]},
@@ -47,6 +49,7 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
         "schema": SCHEMA_ID, "cell": dict(cell), "session": session, "seed": session,
         "status": "invalid" if reasons else "valid", "reasons": reasons, "warnings": [],
         "protocol": protocol.as_record(), "arms": arms, "block_order": [],
+        "cpu_probe": {"iterations": 20000, "ms_before_block": [0.66] * (1 + max(b for a in arms for b in a["timed"]["block"]))},
         "floor": {**floor.as_record(), "kv_bytes_per_token": card.kv_bytes_per_token(), "param_count": card.param_count()},
         "model": {"display_name": card.display_name, "model_type": card.model_type, "architecture": dict(card.architecture)},
         "gpu_spec": {"display_name": gpu.display_name, "b_peak_Bps": gpu.b_peak_Bps},

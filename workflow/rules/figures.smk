@@ -73,7 +73,9 @@ rule figure_host:
         code=ANALYSIS_CODE,
         stats=PLAN.ab_stats(),
     output:
-        report("report/figures/host.pdf", caption="../report/host.rst", category="Figures"),
+        report(
+            "report/figures/host.pdf", caption="../report/host.rst", category="Figures"
+        ),
         "report/figures/host.png",
     log:
         "logs/figures/host.log",
