@@ -6,7 +6,7 @@ also busy for someone else runs the probe slower, and a launch-bound (eager) dec
 
 Prints, per CPU, the probe's ns per iteration (p10, median, p90) and the fraction of probes
 slower than 1.25 x the fastest tail over all CPUs (decodegap's host-nominal rule); the last line
-names the steadiest CPU, for `taskset -c CPU` or the batch runner's --cpu.
+names the steadiest CPU, for `taskset -c CPU` or the batch runner's --cpus.
 """
 
 import argparse

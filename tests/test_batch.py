@@ -35,7 +35,7 @@ def test_batch_measures_skips_recorded_and_keeps_compiled_modules(tmp_path):
     assert list(pycache.rglob("decodegap/__pycache__/measure*.pyc")) or list(pycache.rglob("measure*.pyc"))
 
     cpu = min(os.sched_getaffinity(0))
-    again = run_batch(tmp_path, "--sessions", "0", "1", "2", "--cpus", str(cpu))
+    again = run_batch(tmp_path, "--sessions", "0", "1", "2", "--cpus", str(cpu), pycache=pycache)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "3 sessions planned, 2 already recorded, 1 to measure" in again.stdout
     assert {s: session(tmp_path, s).read_bytes() for s in (0, 1)} == first  # recorded sessions untouched
@@ -46,4 +46,10 @@ def test_batch_starts_nothing_past_its_deadline(tmp_path):
     proc = run_batch(tmp_path, "--sessions", "0", "1", "--deadline-s", "10", "--reserve-s", "20")
     assert proc.returncode == 0
     assert "deadline: 2 sessions left for a later call" in proc.stdout
+    assert not session(tmp_path, 0).exists()
+
+
+def test_batch_refuses_cpus_it_may_not_run_on(tmp_path):
+    proc = run_batch(tmp_path, "--sessions", "0", "--cpus", "4096")
+    assert proc.returncode == 2 and "--cpus [4096]: this process may run only on CPUs" in proc.stderr
     assert not session(tmp_path, 0).exists()

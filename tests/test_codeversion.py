@@ -32,6 +32,13 @@ def test_launcher_commit_wins_over_a_copied_git(monkeypatch):
     assert v["sources_sha256"] == codeversion.sources_sha256(v["files"])  # hashes come from disk regardless
 
 
+def test_unsaid_dirty_flag_is_unknown_unless_git_holds_that_commit(monkeypatch):
+    monkeypatch.setenv("DECODEGAP_GIT_COMMIT", "f" * 40)  # a commit this checkout is not at
+    monkeypatch.delenv("DECODEGAP_GIT_DIRTY", raising=False)
+    v = codeversion.code_version()
+    assert v["commit"] == "f" * 40 and v["dirty"] is None  # unknown, never a silent "clean"
+
+
 @pytest.mark.skipif(not HAS_GIT, reason="needs the repository's git history")
 def test_matching_commits_finds_the_commit_whose_sources_a_record_holds():
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()

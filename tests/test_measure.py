@@ -39,7 +39,7 @@ def test_fresh_process_session_end_to_end(tmp_path):
     probes = rec["protocol"]["step_probe_iterations"]
     assert probes > 0 and len(arm["timed"]["cpu_probe_before_ms"]) == len(arm["timed"]["cpu_probe_after_ms"]) == 40
     for snap in ("host_start", "host_before_timed", "host_end"):
-        assert rec["environment"][snap]["run_delay_ms"] is not None  # Linux exposes schedstat
+        assert {"steal_s", "run_delay_ms", "cpu_affinity"} <= set(rec["environment"][snap])  # None where the kernel hides them
     floor = rec["floor"]
     assert floor["param_count"] == CARD.param_count()
     assert floor["weight_bytes"] == 2 * CARD.param_count()

@@ -145,6 +145,11 @@ def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], li
             }
         )
         n = len(host)
+        per_step = ("device_ms", "host_cpu_ms", "tokens", "block", "cpu_probe_before_ms", "cpu_probe_after_ms")
+        short = [k for k in per_step if timed.get(k) is not None and len(timed[k]) != n]
+        if short or ("cpu_probe_before_ms" in timed) != ("cpu_probe_after_ms" in timed):
+            raise RawFileError(f"{path}: arm {arm['mode']}: per-step lists disagree with host_ms ({n} steps): "
+                               + (", ".join(f"{k} has {len(timed[k])}" for k in short) or "one of the step probes is missing"))
         blocks = timed.get("block") or [None] * n
         block_probe = record.get("cpu_probe") or {}
         per_block = [ms * 1e6 / block_probe["iterations"] for ms in block_probe.get("ms_before_block") or []]

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     p.add_argument("measure_args", nargs=argparse.REMAINDER, help="after '--': passed to every measurement")
     args = p.parse_args(argv)
     extra = [a for a in args.measure_args if a != "--"]
+    if args.cpus and not set(args.cpus) <= os.sched_getaffinity(0):
+        p.error(f"--cpus {args.cpus}: this process may run only on CPUs {sorted(os.sched_getaffinity(0))}")
 
     start = time.perf_counter()
     # Compiled modules go to the prefix, never beside the sources, so the reason people set

@@ -48,16 +48,23 @@ def _git(root: Path, *args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def _dirty(root: Path) -> bool:
+    return bool(_git(root, "status", "--porcelain", "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml"))
+
+
 def code_version(root: Path = REPO_ROOT) -> dict:
     files = {str(p.relative_to(root)): sha256_file(p) for p in source_files(root)}
     commit = _git(root, "rev-parse", "HEAD") if (root / ".git").exists() else None
+    git_commit = commit
     if os.environ.get("DECODEGAP_GIT_COMMIT"):
-        commit = os.environ["DECODEGAP_GIT_COMMIT"]
-        dirty = os.environ.get("DECODEGAP_GIT_DIRTY", "unknown").lower() in ("1", "true", "yes")
-        origin = "env"
+        commit, origin = os.environ["DECODEGAP_GIT_COMMIT"], "env"
+        flag = os.environ.get("DECODEGAP_GIT_DIRTY")
+        if flag is not None:
+            dirty = flag.lower() in ("1", "true", "yes")
+        else:  # unsaid: git can tell only if it holds that very commit; else unknown, never "clean"
+            dirty = _dirty(root) if git_commit == commit else None
     elif commit:
-        status = _git(root, "status", "--porcelain", "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml")
-        dirty, origin = bool(status), "git"
+        dirty, origin = _dirty(root), "git"
     else:
         commit, dirty, origin = None, None, "unknown"
     return {

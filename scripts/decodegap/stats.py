@@ -13,13 +13,12 @@
 Everything is vectorised over resamples: no Python loop per resample. Statistics are computed in
 up to three scopes: over valid sessions (the default the tables show); over all sessions that ran,
 so that sessions flagged invalid stay visible instead of silently vanishing; and, where sessions
-carry the host CPU probe, over host-nominal blocks only (below).
+carry the host CPU probe, over host-nominal steps only (below).
 
 Host-nominal steps. An eager step is CPU work on one core, so on a host whose core speed changes
 (a shared VM host, a busy SMT sibling, frequency scaling) its time follows the host, not the GPU.
-Each session runs a fixed pure-Python probe before every block of steps. A block is host-nominal
-before every block of steps, and a short one just before and after every step (sessions from
-2026-11-29 on). A step is host-nominal when its probe (the slower of the two around it; else the
+Each session runs a fixed pure-Python probe before every block of steps, and (sessions from
+2026-11-29 on) a short one just before and after every step. A step is host-nominal when its probe (the slower of the two around it; else the
 one before its block) took at most host_nominal_factor x the cell's fast tail (1st percentile):
 the core ran at about its full speed. The host_nominal scope keeps only those steps, from sessions
 that are valid or invalid only for being unstable (the spread this scope addresses). It answers
@@ -41,7 +40,7 @@ class StatsConfig:
     seed: int = 20261129
     confidence: float = 0.95
     time_source: str = "host"  # host: launch to token on the host (what a consumer waits); device: events
-    host_nominal_factor: float = 1.25  # a block is host-nominal when its CPU probe <= this x its session's fastest
+    host_nominal_factor: float = 1.25  # a step is host-nominal when its CPU probe <= this x the cell's fast tail
 
 
 def _padded(samples_by_session: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +181,7 @@ def host_blocks(steps: pd.DataFrame, cfg: StatsConfig) -> list[dict]:
         return []
     probed = steps[steps[col].notna()]
     g = probed.groupby(["session", "arm", "block"], observed=True).agg(ms=(_time_column(cfg), "median"), x=(col, "median"))
+    g = g.dropna()  # e.g. device time on a CPU, which has none
     return [{"session": int(s), "arm": a, "block": int(b), "median_ms": float(r["ms"]), "probe_ns_per_iter": float(r["x"]), "probe": col}
             for (s, a, b), r in g.iterrows()]
 

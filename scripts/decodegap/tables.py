@@ -147,7 +147,10 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
             "pct": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
             "ratio": fmt(ours / f["value"], 3) if ours is not None else note,
         })
-    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published)
+    from decodegap.stats import StatsConfig
+
+    factor = next((s["config"]["host_nominal_factor"] for s in stats if "host_nominal_factor" in s.get("config", {})), StatsConfig.host_nominal_factor)
+    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published, host_nominal_factor=factor)
     _write(tex, out_tex, log, out_numbers)
 
 

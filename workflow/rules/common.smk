@@ -57,7 +57,7 @@ FIGURE_CAPTIONS = {
     "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
     "context": "Step time against context length per GPU, model and decode mode (median and 95 % bootstrap interval; crosses: sessions flagged invalid).",
     "ab": "CUDA Graphs A/B: speedup of graphed over eager decode with its 95 % bootstrap interval (hollow: published).",
-    "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the CPU probe run just before it (higher: slower host core). The launch-bound eager arm follows the host; the graphed arm does not.",
+    "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows the host; the graphed arm does not.",
 }
 FIGURE_LIST = [
     {"name": n, "path": pdf, "caption": FIGURE_CAPTIONS[n]}
