@@ -20,6 +20,7 @@ localrules:
     figure_ladder,
     figure_context,
     figure_ab,
+    figure_host,
     table_matrix,
     table_ab,
     table_published,

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
+from conftest import REPO, SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
 from decodegap import provenance, synthetic
 from decodegap.record import write_session
 
@@ -134,3 +134,13 @@ def test_corrupt_raw_file_stops_the_run_naming_it(tmp_path):
     proc = run_snakemake(root, "--cores", "1", "--", "report/paper_tables.tex", check=False)
     assert proc.returncode != 0
     assert f"{bad.relative_to(root)}: not valid JSON" in proc.stdout + proc.stderr
+
+
+def test_only_measure_is_ever_submitted_to_a_cluster(tmp_path):
+    """Every rule but `measure` is a localrule, so a new analysis rule cannot silently become a
+    cluster job (as figure_host once did until the SLURM test caught it)."""
+    root = make_workspace(tmp_path)
+    rules = set(run_snakemake(root, "--list-rules").stdout.split())
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", (REPO / "Snakefile").read_text(), re.M)
+    local = {line.strip().rstrip(",") for line in block.group(1).splitlines()}
+    assert "measure" in rules and rules - local == {"measure"}
