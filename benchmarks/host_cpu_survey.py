@@ -18,9 +18,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from decodegap.stats import StatsConfig  # noqa: E402
 from decodegap.timing import cpu_probe_ms  # noqa: E402
+from decodegap.validity import Protocol  # noqa: E402
 
-ITERATIONS = 2000  # the per-step probe of the measurement protocol
+ITERATIONS = Protocol().step_probe_iterations  # the per-step probe of the measurement protocol
+SLOW_FACTOR = StatsConfig().host_nominal_factor  # slower than this x the fast tail: not host-nominal
 
 
 def main() -> None:
@@ -36,11 +39,11 @@ def main() -> None:
             xs.append(cpu_probe_ms(ITERATIONS) * 1e6 / ITERATIONS)
         samples[cpu] = np.array(xs)
     tail = np.quantile(np.concatenate(list(samples.values())), 0.01)
-    print(f"fast tail (1st percentile, all CPUs): {tail:.1f} ns/iteration; slow = above {1.25 * tail:.1f}")
+    print(f"fast tail (1st percentile, all CPUs): {tail:.1f} ns/iteration; slow = above {SLOW_FACTOR * tail:.1f}")
     print("cpu  probes  p10   median  p90   slow")
     slow = {}
     for cpu, xs in samples.items():
-        slow[cpu] = float(np.mean(xs > 1.25 * tail))
+        slow[cpu] = float(np.mean(xs > SLOW_FACTOR * tail))
         p10, med, p90 = np.quantile(xs, [0.1, 0.5, 0.9])
         print(f"{cpu:3d}  {xs.size:6d}  {p10:5.1f} {med:6.1f}  {p90:5.1f}  {100 * slow[cpu]:5.1f} %")
     best = min(slow, key=lambda c: (slow[c], np.median(samples[c])))

@@ -9,6 +9,7 @@ equal, so a wrong or dirty commit in a record can be audited (`python -m decodeg
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import subprocess
@@ -18,6 +19,7 @@ from decodegap.config import REPO_ROOT
 
 # What decides a measured number: the package and the cards/GPU tables it reads.
 SOURCE_GLOBS = ("scripts/decodegap/*.py", "config/models.yaml", "config/gpus.yaml")
+SOURCE_PATHSPECS = ("scripts/decodegap", "config/models.yaml", "config/gpus.yaml")  # the same, for git
 
 
 def sha256_file(path: str | Path) -> str:
@@ -49,7 +51,7 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def _dirty(root: Path) -> bool:
-    return bool(_git(root, "status", "--porcelain", "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml"))
+    return bool(_git(root, "status", "--porcelain", "--", *SOURCE_PATHSPECS))
 
 
 def code_version(root: Path = REPO_ROOT) -> dict:
@@ -76,6 +78,25 @@ def code_version(root: Path = REPO_ROOT) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=None)
+def _committed_sources(root: Path, rev: str) -> dict[str, str]:
+    """{path: git blob id} of the measurement sources at rev (cached: `provenance code` asks once
+    per group of sessions, over the same history)."""
+    listing = _git(root, "ls-tree", "-r", rev, "--", *SOURCE_PATHSPECS) or ""
+    tree = {}
+    for line in listing.splitlines():
+        meta, path = line.split("\t", 1)
+        if any(Path(path).match(g) for g in SOURCE_GLOBS):
+            tree[path] = meta.split()[2]
+    return tree
+
+
+@functools.lru_cache(maxsize=None)
+def _blob_sha256(root: Path, blob: str) -> str:
+    data = subprocess.run(["git", "-C", str(root), "cat-file", "blob", blob], capture_output=True, timeout=20).stdout
+    return hashlib.sha256(data).hexdigest()
+
+
 def matching_commits(files: dict[str, str], root: Path = REPO_ROOT, max_commits: int = 1000) -> list[str] | None:
     """Commits reachable from HEAD (newest first) whose measurement sources hash exactly to
     `files` (a record's code.files); None without a git history. A file the record lists that a
@@ -83,21 +104,9 @@ def matching_commits(files: dict[str, str], root: Path = REPO_ROOT, max_commits:
     revs = _git(root, "rev-list", f"--max-count={max_commits}", "HEAD")
     if revs is None:
         return None
-    blob_sha256: dict[str, str] = {}
     out = []
     for rev in revs.split():
-        listing = _git(root, "ls-tree", "-r", rev, "--", "scripts/decodegap", "config/models.yaml", "config/gpus.yaml") or ""
-        tree = {}
-        for line in listing.splitlines():
-            meta, path = line.split("\t", 1)
-            if any(Path(path).match(g) for g in SOURCE_GLOBS):
-                tree[path] = meta.split()[2]
-        if set(tree) != set(files):
-            continue
-        for path, blob in tree.items():
-            if blob not in blob_sha256:
-                data = subprocess.run(["git", "-C", str(root), "cat-file", "blob", blob], capture_output=True, timeout=20).stdout
-                blob_sha256[blob] = hashlib.sha256(data).hexdigest()
-        if all(blob_sha256[tree[p]] == h for p, h in files.items()):
+        tree = _committed_sources(root, rev)
+        if set(tree) == set(files) and all(_blob_sha256(root, tree[p]) == h for p, h in files.items()):
             out.append(rev)
     return out

@@ -18,9 +18,9 @@ carry the host CPU probe, over host-nominal steps only (below).
 Host-nominal steps. An eager step is CPU work on one core, so on a host whose core speed changes
 (a shared VM host, a busy SMT sibling, frequency scaling) its time follows the host, not the GPU.
 Each session runs a fixed pure-Python probe before every block of steps, and (sessions from
-2026-11-29 on) a short one just before and after every step. A step is host-nominal when its probe (the slower of the two around it; else the
-one before its block) took at most host_nominal_factor x the cell's fast tail (1st percentile):
-the core ran at about its full speed. The host_nominal scope keeps only those steps, from sessions
+2026-11-29 on) a short one just before and after every step. A step is host-nominal when its
+probe (the slower of the two around it; else the one before its block) took at most
+host_nominal_factor x the cell's fast tail (1st percentile): the core ran at about its full speed. The host_nominal scope keeps only those steps, from sessions
 that are valid or invalid only for being unstable (the spread this scope addresses). It answers
 "what is the step time, or the speedup, when the host is not slowed", beside "all" (what this
 host gave).
