@@ -28,7 +28,11 @@ localrules:
     provenance,
 
 
-include: "workflow/rules/measure.smk"
+if PLAN.measure:  # with `measure: false` no rule can even name a raw session
+
+    include: "workflow/rules/measure.smk"
+
+
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/tables.smk"

@@ -95,6 +95,7 @@ def make_workspace(root, config=None, sessions=2, steps=48):
     import yaml
 
     from decodegap import synthetic
+    from decodegap import manifest
     from decodegap.record import write_session
 
     root = Path(root)
@@ -106,7 +107,9 @@ def make_workspace(root, config=None, sessions=2, steps=48):
     import numpy as np
 
     rec = synthetic.record(SMALL_CELLS[0], 2, steps, np.random.default_rng(3), reasons=["unstable: eager stdev is 31.0% of the mean (limit 10%)"])
-    write_session(rec, root / "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s02.json")
+    flagged = root / "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s02.json"
+    write_session(rec, flagged)
+    manifest.add([flagged], root)
     return root
 
 

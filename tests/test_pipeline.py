@@ -139,7 +139,7 @@ def test_corrupt_raw_file_stops_the_run_naming_it(tmp_path):
 def test_only_measure_is_ever_submitted_to_a_cluster(tmp_path):
     """Every rule but `measure` is a localrule, so a new analysis rule cannot silently become a
     cluster job (as figure_host once did until the SLURM test caught it)."""
-    root = make_workspace(tmp_path)
+    root = make_workspace(tmp_path, config=small_config(measure=True))  # measure is defined only then
     rules = set(run_snakemake(root, "--list-rules").stdout.split())
     block = re.search(r"^localrules:\n((?:    \w+,\n)+)", (REPO / "Snakefile").read_text(), re.M)
     local = {line.strip().rstrip(",") for line in block.group(1).splitlines()}

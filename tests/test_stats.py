@@ -1,9 +1,15 @@
 """Statistics: the hierarchical bootstrap, the paired A/B speedup and its intervals, R_floor."""
 
+import itertools
+import tracemalloc
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
+from decodegap import stats as stats_module
 from decodegap.stats import StatsConfig, cell_stats, hierarchical_bootstrap_medians, median_with_ci, speedup_with_ci
 
 CFG = StatsConfig(n_resamples=1000, seed=1)
@@ -17,6 +23,77 @@ def test_bootstrap_is_seeded_vectorised_and_respects_session_lengths():
     assert a.shape == (500,) and np.array_equal(a, b)
     # resampling sessions first: some resamples are all-short-session (~10), some all-long (~12)
     assert a.min() < 10.2 and a.max() > 11.8
+
+
+def _reference_bootstrap(sessions, n_resamples, rng):
+    """The estimator written out: per resample, sessions with replacement, then each chosen
+    session's own number of steps with replacement from it; the median of all drawn steps."""
+    out = np.empty(n_resamples)
+    for b in range(n_resamples):
+        chosen = rng.choice(len(sessions), size=len(sessions), replace=True)
+        out[b] = np.median(np.concatenate([rng.choice(sessions[j], size=len(sessions[j]), replace=True) for j in chosen]))
+    return out
+
+
+def test_bootstrap_agrees_in_distribution_with_the_reference_loop():
+    rng = np.random.default_rng(3)
+    sessions = [rng.normal(10, 1, 7), rng.normal(11, 1, 30), rng.normal(12, 2, 120), np.round(rng.normal(10.5, 1, 64), 1)]
+    fast = hierarchical_bootstrap_medians(sessions, 4000, np.random.default_rng(1))
+    ref = _reference_bootstrap(sessions, 3000, np.random.default_rng(2))
+    sd = ref.std()
+    assert abs(fast.mean() - ref.mean()) < 4 * sd * np.sqrt(1 / 4000 + 1 / 3000)
+    for q in (0.025, 0.5, 0.975):
+        assert abs(np.quantile(fast, q) - np.quantile(ref, q)) < 0.1 * sd, q
+    assert sps.ks_2samp(fast, ref).pvalue > 0.01
+
+
+def _exact_median_distribution(sessions):
+    """P(median = m) of the hierarchical bootstrap, by enumerating every resample."""
+    exact = Counter()
+    n = len(sessions)
+    for chosen in itertools.product(range(n), repeat=n):
+        pools = [itertools.product(sessions[j], repeat=len(sessions[j])) for j in chosen]
+        combos = list(itertools.product(*pools))
+        for draws in combos:
+            exact[float(np.median(np.concatenate(draws)))] += 1 / n**n / len(combos)
+    return exact
+
+
+@pytest.mark.parametrize("chunk_elements", [None, 2000])  # one chunk; many chunks, the last one partial
+def test_bootstrap_matches_the_exact_distribution_on_a_tiny_cell(monkeypatch, chunk_elements):
+    """Sessions of 2 and 3 steps: odd and even pooled counts (4, 5, 6 draws), ties between middles."""
+    if chunk_elements:
+        monkeypatch.setattr(stats_module, "_CHUNK_ELEMENTS", chunk_elements)
+    sessions = [np.array([0.0, 1.0]), np.array([2.0, 3.0, 5.0])]
+    n = 50_001
+    boot = hierarchical_bootstrap_medians(sessions, n, np.random.default_rng(7))
+    exact = _exact_median_distribution(sessions)
+    seen = Counter(boot.tolist())
+    assert set(seen) <= set(exact)
+    values = sorted(exact)
+    observed = np.array([seen[v] for v in values])
+    expected = np.array([exact[v] * n for v in values])
+    assert sps.chisquare(observed, expected).pvalue > 0.001
+
+
+def test_bootstrap_of_a_constant_session_is_that_constant():
+    boot = hierarchical_bootstrap_medians([np.full(50, 3.7)], 300, np.random.default_rng(0))
+    assert boot.shape == (300,) and np.all(boot == 3.7)
+
+
+def test_bootstrap_memory_grows_with_steps_not_sessions_times_longest():
+    """One session of 200,000 steps beside five of 100. Padding every session to the longest would
+    allocate 100 x 6 x 200,000 float64 (~960 MB) per array; the traced peak must stay under 64 MB."""
+    rng = np.random.default_rng(0)
+    sessions = [rng.normal(5.0, 0.2, 200_000)] + [rng.normal(5.1, 0.2, 100) for _ in range(5)]
+    tracemalloc.start()
+    try:
+        boot = hierarchical_bootstrap_medians(sessions, 100, np.random.default_rng(1))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert boot.shape == (100,) and np.isfinite(boot).all()
+    assert peak < 64 * 1024**2, f"peak {peak / 1024**2:.0f} MB"
 
 
 def test_interval_covers_the_true_median_most_of_the_time():

@@ -18,10 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from decodegap import paths
 from decodegap.codeversion import sha256_file
 from decodegap.errors import RawFileError
-from decodegap.record import read_session
+from decodegap.record import read_filed_session
 
 _KEY = pa.dictionary(pa.int32(), pa.string())
 CELL_FIELDS = [
@@ -92,18 +91,6 @@ def _median(xs):
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
-def load_raw(path: str | Path) -> dict:
-    """A raw session, checked: schema, and cell keys that agree with the path it is filed under."""
-    record = read_session(path)
-    from_path = paths.parse_session_path(path)
-    if from_path is not None:
-        in_file = {**record["cell"], "session": record["session"]}
-        if from_path != in_file:
-            diff = {k: (from_path[k], in_file[k]) for k in from_path if from_path[k] != in_file[k]}
-            raise RawFileError(f"{path}: filed under another cell; (path, file) disagree on {diff}")
-    return record
-
-
 def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], list[dict]]:
     cell = {**record["cell"], "session": record["session"]}
     floor = record.get("floor") or {}
@@ -167,8 +154,14 @@ def rows_of(record: dict, path: str | Path, sha256: str) -> tuple[list[dict], li
 
 def aggregate(raw_files: list[str | Path]) -> tuple[pa.Table, pa.Table]:
     sessions, steps = [], []
+    seen: dict[tuple, str] = {}
     for path in sorted(raw_files, key=lambda p: Path(p).as_posix()):
-        record = load_raw(path)
+        record = read_filed_session(path)
+        key = (*record["cell"].values(), record["session"])
+        if key in seen:
+            raise RawFileError(f"{path}: session {record['session']} of this cell is also recorded in {seen[key]}; "
+                               "one session, one file")
+        seen[key] = Path(path).as_posix()
         s, t = rows_of(record, path, sha256_file(path))
         sessions += s
         steps += t

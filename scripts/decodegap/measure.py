@@ -65,6 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="seed for weights and prompt (default: the session index)")
     p.add_argument("--out", default=None, help="record path (default: the path grammar under --root)")
     p.add_argument("--root", default=".", help="repository root the default --out is relative to")
+    p.add_argument("--receipt", default=None, help="after the record is written, a small JSON naming it and its sha256 here "
+                   "(the workflow's measure rule outputs this receipt, never the session itself)")
     p.add_argument("--gpus", default=str(GPUS_YAML), help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--models", default=str(MODELS_YAML), help="model cards (default: config/models.yaml)")
     p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU's fields, overriding its --gpus entry field by field (the workflow passes the user's merged table)")
@@ -82,9 +84,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--ctx must be positive, got {args.ctx}")
     if args.session < 0:
         p.error(f"--session must be >= 0, got {args.session}")
-    for name in ("warmup_steps", "timed_steps", "ab_blocks", "ab_block_steps", "min_samples", "step_probe_iterations"):
+    for name in ("warmup_steps", "step_probe_iterations"):
         if getattr(args, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must be >= 0")
+            p.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name in ("timed_steps", "ab_blocks", "ab_block_steps", "min_samples", "max_rel_stdev"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if not args.min_duration_s >= 0:
+        p.error(f"--min-duration-s must be >= 0, got {args.min_duration_s}")
     return args
 
 
@@ -367,6 +374,8 @@ def main(argv=None) -> int:
     outside = record["time"]["duration_s"] - session.phases_s.get("timed", 0.0)
     record["time"]["phases_s"]["outside_timed_loop"] = outside
 
+    from decodegap import manifest
+    from decodegap.codeversion import sha256_file
     from decodegap.record import schema_errors, write_session
 
     errors = schema_errors(record)
@@ -379,6 +388,13 @@ def main(argv=None) -> int:
     except SessionExists as exc:
         log(f"refused: {exc}")
         return 3
+    root = manifest.root_of(out)
+    if root is not None:  # a session of a results/raw/ tree: its line in that tree's manifest
+        manifest.add([out], root)
+    if args.receipt:
+        receipt = {"raw_path": out.as_posix(), "sha256": sha256_file(out), "status": record["status"]}
+        Path(args.receipt).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.receipt).write_text(json.dumps(receipt, indent=1) + "\n")
     log(f"{record['status']}: {out}" + (f" ({'; '.join(reasons)})" if reasons else "") + f"; {outside:.1f} s outside the timed loop")
     return 0
 

@@ -4,6 +4,14 @@
 
 Keys never contain '_' (it separates attn, quant and mode) or '/'. The Snakefile and the package
 both take the pattern from here; nothing else builds these paths.
+
+A session has one canonical file name, `s` and its index zero-padded to two digits (s00, s07, s123):
+`s7.json` or `s007.json` beside `s07.json` would count the same session twice, so the analysis
+refuses any name that is not canonical.
+
+No workflow rule ever outputs a raw session (Snakemake deletes a job's outputs before it reruns
+it). A measurement job outputs a receipt instead, results/receipts/<cell>/s{session}.json, and
+the measure command writes the session itself, with an exclusive create.
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ from decodegap.errors import ConfigError
 RAW_ROOT = "results/raw"
 # Snakemake pattern ({session} is the zero-padded text, e.g. "03").
 RAW_SESSION = RAW_ROOT + "/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}/s{session}.json"
+RECEIPT_ROOT = "results/receipts"
+MEASURE_RECEIPT = RECEIPT_ROOT + "/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}/s{session}.json"
+# The manifest of every file under results/raw/ (sha256sum format), committed with the data.
+MANIFEST = "results/raw.sha256"
 KEY_RE = r"[a-z0-9][a-z0-9.\-]*"
 WILDCARD_CONSTRAINTS = {
     "gpu": KEY_RE,
@@ -53,6 +65,27 @@ def parse_session_path(path: str | Path) -> dict | None:
     if not m:
         return None
     d = m.groupdict()
+    if d["session"] != f"{int(d['session']):02d}":
+        return None  # s007.json: not the canonical name of session 7
     d["ctx"] = int(d["ctx"])
     d["session"] = int(d["session"])
     return d
+
+
+def canonical_name(session: int) -> str:
+    return f"s{int(session):02d}.json"
+
+
+def receipt_path(gpu: str, model: str, ctx: int, attn: str, quant: str, mode: str, session: int, root: str | Path = ".") -> Path:
+    """Where the measure rule's receipt for one session goes (never the session itself)."""
+    raw = session_path(gpu, model, ctx, attn, quant, mode, session)
+    return Path(root) / RECEIPT_ROOT / raw.relative_to(RAW_ROOT)
+
+
+def raw_of_receipt(receipt: str | Path) -> str:
+    """The session a measure receipt stands for."""
+    rel = Path(receipt).as_posix()
+    head, sep, tail = rel.partition(RECEIPT_ROOT + "/")
+    if not sep:
+        raise ValueError(f"{receipt}: not under {RECEIPT_ROOT}/")
+    return f"{head}{RAW_ROOT}/{tail}"

@@ -8,7 +8,9 @@ and code version each ran under, and the rule chain that turned them into the nu
     python -m decodegap.provenance lineage KEY [--recompute]
                                    print a number's lineage; --recompute re-reads the raw files and
                                    recomputes the number from their samples
-    python -m decodegap.provenance check                   re-hash every raw file; exit 1 if any changed
+    python -m decodegap.provenance check                   re-hash every file under results/raw/ against the
+                                   manifest results/raw.sha256 (and the report's raw files against
+                                   report/provenance.json); exit 1 if any was added, changed or lost
     python -m decodegap.provenance code [RAW_DIR ...]      which commits each session's measurement
                                    sources equal, from their hashes (audits the commit a record names)
 """
@@ -22,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from decodegap import paths
 from decodegap.codeversion import sha256_file
 from decodegap.config import REPO_ROOT
 
@@ -171,17 +174,39 @@ def lineage(doc: dict, key: str, do_recompute: bool = False) -> int:
     return 1 if bad else 0
 
 
-def check(doc: dict) -> int:
-    files = {r["path"]: r["sha256"] for e in doc["numbers"].values() for r in e["raw_files"]}
+def check(doc: dict | None, root: str | Path = ".") -> int:
+    """Every file under results/raw/ against the committed manifest (added, changed, missing), then
+    every raw file behind a rendered number against the hash the report recorded."""
+    from decodegap import manifest
+    from decodegap.errors import DecodegapError
+
     bad = []
-    for path, sha in sorted(files.items()):
-        if not Path(path).exists():
-            bad.append(f"missing: {path}")
-        elif sha256_file(path) != sha:
-            bad.append(f"changed: {path} (recorded sha256 {sha[:16]}..., now {sha256_file(path)[:16]}...)")
+    try:
+        audit = manifest.audit(root)
+    except DecodegapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    listed = manifest.manifest_path(root)
+    if not listed.exists():
+        bad.append(f"no manifest: {listed} (the commands that add sessions write it)")
+    bad += [f"added (not in {paths.MANIFEST}): {p}" for p in audit.added]
+    bad += [f"changed (sha256 differs from {paths.MANIFEST}): {p}" for p in audit.changed]
+    bad += [f"missing (listed in {paths.MANIFEST}): {p}" for p in audit.missing]
+    print(f"checked {audit.checked} files under {paths.RAW_ROOT}/ against {paths.MANIFEST}: "
+          + ("all as recorded" if audit.ok else f"{len(audit.added)} added, {len(audit.changed)} changed, {len(audit.missing)} missing"))
+    if doc is not None:
+        files = {r["path"]: r["sha256"] for e in doc["numbers"].values() for r in e["raw_files"]}
+        n_bad = len(bad)
+        for path, sha in sorted(files.items()):
+            full = Path(root) / path
+            if not full.exists():
+                bad.append(f"missing: {path} (behind a number of the report)")
+            elif sha256_file(full) != sha:
+                bad.append(f"changed: {path} (the report used sha256 {sha[:16]}..., now {sha256_file(full)[:16]}...)")
+        print(f"checked {len(files)} raw files behind {len(doc['numbers'])} numbers of the report: "
+              + ("all unchanged" if len(bad) == n_bad else f"{len(bad) - n_bad} changed or missing"))
     for line in bad:
         print(line, file=sys.stderr)
-    print(f"checked {len(files)} raw files behind {len(doc['numbers'])} numbers: {'all unchanged' if not bad else f'{len(bad)} changed or missing'}")
     return 1 if bad else 0
 
 
@@ -220,12 +245,14 @@ def main(argv=None) -> int:
     ln = sub.add_parser("lineage", help="print where a number came from")
     ln.add_argument("key")
     ln.add_argument("--recompute", action="store_true", help="recompute it from the raw samples")
-    sub.add_parser("check", help="re-hash the raw files; exit 1 if any changed")
+    sub.add_parser("check", help="re-hash every raw file against the manifest (and the report's); exit 1 if any was added, changed or lost")
     cd = sub.add_parser("code", help="match each session's measurement sources to the commits that hold them")
     cd.add_argument("raw_dirs", nargs="*", default=["results/raw"])
     args = p.parse_args(argv)
     if args.cmd == "code":
         return code(args.raw_dirs)
+    if args.cmd == "check":
+        return check(load(args.provenance) if Path(args.provenance).exists() else None)
     doc = load(args.provenance)
     if args.cmd == "keys":
         for key, e in doc["numbers"].items():
@@ -234,7 +261,6 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "lineage":
         return lineage(doc, args.key, args.recompute)
-    return check(doc)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from decodegap import paths
 from decodegap.config import REPO_ROOT
 from decodegap.errors import RawFileError, SessionExists
+from decodegap.validity import contradictions
 
 SCHEMA_ID = "decodegap.session/1"
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "session.schema.json"
@@ -41,14 +43,18 @@ def encode(record: dict) -> bytes:
 
 def write_session(record: dict, path: str | Path) -> str:
     """Write `record` to `path` atomically; never replace an existing, different file.
+    Returns "written", or "unchanged" when the same bytes are already there."""
+    return write_exclusive(encode(record), path)
 
-    Returns "written", or "unchanged" when the same bytes are already there. The bytes go to a
-    temporary file in the same folder, are synced, then hard-linked into place: the link fails if
-    the target appeared meanwhile, so two writers can never clobber each other, and a reader (or a
-    killed job) never sees half a file.
+
+def write_exclusive(data: bytes, path: str | Path) -> str:
+    """Put `data` at `path` atomically and read-only, never replacing a different file.
+
+    The bytes go to a temporary file in the same folder, are synced, then hard-linked into place:
+    the link fails if the target appeared meanwhile, so two writers can never clobber each other,
+    and a reader (or a killed job) never sees half a file. (A rename would replace the target.)
     """
     path = Path(path)
-    data = encode(record)
     if path.exists():
         if path.read_bytes() == data:
             return "unchanged"
@@ -67,10 +73,14 @@ def write_session(record: dict, path: str | Path) -> str:
             raise SessionExists(f"{path}: appeared while writing; sessions are never overwritten") from None
         except OSError:
             # A filesystem without hard links: exclusive create, then the same bytes.
-            with open(path, "xb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(path, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except FileExistsError:
+                raise SessionExists(f"{path}: appeared while writing; sessions are never overwritten") from None
+            os.chmod(path, 0o444)
     finally:
         os.unlink(tmp)
     dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -81,20 +91,54 @@ def write_session(record: dict, path: str | Path) -> str:
     return "written"
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str):
+    raise _NonFinite(name)
+
+
 def read_session(path: str | Path) -> dict:
-    """A raw session, or RawFileError naming the file when it is corrupt, truncated or foreign."""
+    """A raw session, or RawFileError naming the file when it is unreadable, corrupt, truncated,
+    foreign, not finite (JSON's NaN and Infinity), off its schema, or when its status contradicts
+    its own samples (see validity.contradictions)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            record = json.loads(f.read())
+            record = json.loads(f.read(), parse_constant=_refuse_constant)
+    except _NonFinite as exc:
+        raise RawFileError(f"{path}: holds {exc} where a number must be finite") from None
     except json.JSONDecodeError as exc:
         raise RawFileError(f"{path}: not valid JSON (truncated or corrupt?): {exc}") from None
     except UnicodeDecodeError:
         raise RawFileError(f"{path}: not text; not a session record") from None
+    except OSError as exc:
+        raise RawFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA_ID:
         found = record.get("schema") if isinstance(record, dict) else type(record).__name__
         raise RawFileError(f"{path}: foreign schema {found!r}; expected {SCHEMA_ID!r}")
     errors = schema_errors(record)
     if errors:
         raise RawFileError(f"{path}: does not match {SCHEMA_ID}: " + "; ".join(errors[:5]))
+    if errors is not None:  # only a schema-checked record has the fields the check reads
+        wrong = contradictions(record)
+        if wrong:
+            raise RawFileError(f"{path}: status '{record['status']}' contradicts its own data: " + "; ".join(wrong[:5]))
+    return record
+
+
+def read_filed_session(path: str | Path) -> dict:
+    """A session as the analysis takes it: read_session's checks, under its one canonical file name
+    (s07.json, never s7.json or s007.json beside it), and filed under its own cell's folder."""
+    record = read_session(path)
+    if Path(path).name != paths.canonical_name(record["session"]):
+        raise RawFileError(f"{path}: holds session {record['session']}, whose one file name is "
+                           f"{paths.canonical_name(record['session'])}; a second name would count it twice")
+    from_path = paths.parse_session_path(path)
+    if from_path is not None:
+        in_file = {**record["cell"], "session": record["session"]}
+        if from_path != in_file:
+            diff = {k: (from_path[k], in_file[k]) for k in from_path if from_path[k] != in_file[k]}
+            raise RawFileError(f"{path}: filed under another cell; (path, file) disagree on {diff}")
     return record

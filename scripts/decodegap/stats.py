@@ -2,7 +2,10 @@
 
 - ms/step: the median of the steps pooled over sessions, with a 95 % hierarchical bootstrap interval
   (resample sessions with replacement, then steps within each resampled session). The session is
-  the unit of replication (a fresh process), so it is resampled first.
+  the unit of replication (a fresh process), so it is resampled first. The drawn steps are never
+  materialised: each resample's draw counts are split binomially over halves of the globally sorted
+  steps down to the median's rank, so memory grows with the cell's total steps (one sort), not
+  sessions x the longest session, and time with resamples x sessions x log^2(steps).
 - R_floor = t_floor / t_obs with t_floor = (W + K) / B_peak: W and K as measured in the session,
   B_peak from the GPU table of the analysis config (a user may correct a datasheet figure without
   re-measuring). Its interval maps the ms/step interval through the monotone 1/x.
@@ -10,8 +13,8 @@
 - A/B cells: the speedup of arm B over arm A is the mean over sessions of each session's paired
   ratio median(A)/median(B); its percentile and BCa intervals resample sessions (scipy, seeded).
 
-Everything is vectorised over resamples: no Python loop per resample. Statistics are computed in
-up to three scopes: over valid sessions (the default the tables show); over all sessions that ran,
+Everything is vectorised over resamples (in chunks of bounded size): no Python loop per resample.
+Statistics are computed in up to three scopes: over valid sessions (the default the tables show); over all sessions that ran,
 so that sessions flagged invalid stay visible instead of silently vanishing; and, where sessions
 carry the host CPU probe, over host-nominal steps only (below).
 
@@ -43,24 +46,90 @@ class StatsConfig:
     host_nominal_factor: float = 1.25  # a step is host-nominal when its CPU probe <= this x the cell's fast tail
 
 
-def _padded(samples_by_session: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    lengths = np.array([len(s) for s in samples_by_session])
-    padded = np.full((len(samples_by_session), lengths.max()), np.nan)
-    for i, s in enumerate(samples_by_session):
-        padded[i, : len(s)] = s
-    return padded, lengths
+_CHUNK_ELEMENTS = 1 << 18  # elements of one (resamples, sessions) array: bounds the bootstrap's working memory
+
+
+def _descend(keys: np.ndarray, base: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, k: np.ndarray,
+             rng: np.random.Generator, track_successor: bool):
+    """The k-th smallest (0-based) of each row's draws inside the global rank interval [lo, hi).
+
+    d[r, j] draws of session j fall in row r's interval, each uniform over session j's steps there.
+    Each level halves the interval; the draws that fall in the left half are, per session,
+    Binomial(d, share of the session's steps in the interval that lie in the left half), which is
+    exactly how iid uniform draws split. Descend into the half holding the k-th. Returns the leaf
+    rank, k within the leaf, the leaf's draw count and, with track_successor, the deepest non-empty
+    right sibling left behind (interval and per-session draws): the next larger draws lie there.
+    """
+    f_lo = np.searchsorted(keys, base + lo[:, None])  # session j's steps with rank < r: f(r) - (start of j)
+    f_hi = np.searchsorted(keys, base + hi[:, None])
+    sib_lo, sib_hi, sib_d = lo.copy(), hi.copy(), np.zeros_like(d)
+    while (hi - lo > 1).any():
+        mid = np.where(hi - lo > 1, (lo + hi) // 2, hi)  # a single rank: all draws "left", nothing changes
+        f_mid = np.searchsorted(keys, base + mid[:, None])
+        in_interval, in_left = f_hi - f_lo, f_mid - f_lo
+        p = np.divide(in_left, in_interval, out=np.ones(d.shape), where=in_interval > 0)  # no steps there: no draws
+        left = rng.binomial(d, p)
+        n_left = left.sum(axis=1)
+        go_left = k < n_left
+        if track_successor:
+            keep = go_left & (n_left < d.sum(axis=1))
+            sib_lo[keep], sib_hi[keep], sib_d[keep] = mid[keep], hi[keep], (d - left)[keep]
+        k = np.where(go_left, k, k - n_left)
+        d = np.where(go_left[:, None], left, d - left)
+        lo, hi = np.where(go_left, lo, mid), np.where(go_left, mid, hi)
+        f_lo, f_hi = np.where(go_left[:, None], f_lo, f_mid), np.where(go_left[:, None], f_mid, f_hi)
+    return lo, k, d.sum(axis=1), (sib_lo, sib_hi, sib_d)
 
 
 def hierarchical_bootstrap_medians(samples_by_session: list[np.ndarray], n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap distribution (n_resamples,) of the pooled median: sessions, then steps, resampled."""
-    padded, lengths = _padded(samples_by_session)
-    n_sessions, max_len = padded.shape
-    chosen = rng.integers(0, n_sessions, size=(n_resamples, n_sessions))  # (B, S)
-    chosen_len = lengths[chosen]  # (B, S)
-    steps = np.floor(rng.random((n_resamples, n_sessions, max_len)) * chosen_len[..., None]).astype(np.int64)
-    draws = padded[chosen[..., None], steps]  # (B, S, M)
-    draws[np.arange(max_len)[None, None, :] >= chosen_len[..., None]] = np.nan  # each session keeps its own length
-    return np.nanmedian(draws.reshape(n_resamples, -1), axis=1)
+    """Bootstrap distribution (n_resamples,) of the pooled median: sessions, then steps, resampled.
+
+    Each resample draws n_sessions sessions with replacement, then from each chosen session as many
+    steps as it has, with replacement; its statistic is the median of all drawn steps pooled (for an
+    even count the mean of the two middle ones, as np.median). The draws are never materialised:
+    a session chosen c times contributes c x its length iid uniform draws from its steps, and the
+    median's rank is found by splitting those draw counts over halves of the globally sorted steps
+    (binomially, see _descend), ~log2(total steps) levels. Memory grows with the total number of
+    steps (one sort) plus a bounded (resamples, sessions) chunk; time with resamples x sessions x
+    log^2(steps). Deterministic for a given rng state.
+    """
+    lengths = np.array([len(s) for s in samples_by_session], dtype=np.int64)
+    n_sessions, n_steps = lengths.size, int(lengths.sum())
+    if n_sessions == 0:
+        raise ValueError("no sessions to resample")
+    if n_steps == 0:
+        return np.full(n_resamples, np.nan)
+    pooled = np.concatenate([np.asarray(s, dtype=float).ravel() for s in samples_by_session])
+    order = np.argsort(pooled, kind="stable")
+    values = pooled[order]  # the step at each global rank
+    session_at_rank = np.repeat(np.arange(n_sessions, dtype=np.int64), lengths)[order]
+    del pooled, order
+    by_session = np.argsort(session_at_rank, kind="stable")  # ranks grouped by session, ascending in each
+    keys = session_at_rank[by_session] * n_steps + by_session  # sorted: session j's ranks live in [j N, (j + 1) N)
+    del session_at_rank, by_session
+    base = np.arange(n_sessions, dtype=np.int64) * n_steps
+
+    out = np.empty(n_resamples)
+    rows = max(1, _CHUNK_ELEMENTS // n_sessions)
+    for start in range(0, n_resamples, rows):
+        r = min(rows, n_resamples - start)
+        chosen = rng.integers(0, n_sessions, size=(r, n_sessions))
+        times = np.bincount((np.arange(r)[:, None] * n_sessions + chosen).ravel(), minlength=r * n_sessions)
+        d = times.reshape(r, n_sessions) * lengths  # draws from each session in each resample
+        total = d.sum(axis=1)
+        k = np.maximum(total - 1, 0) // 2  # the lower middle; the upper one is k + 1 when the count is even
+        zeros = np.zeros(r, dtype=np.int64)
+        leaf, k_in_leaf, n_leaf, (s_lo, s_hi, s_d) = _descend(keys, base, zeros, zeros + n_steps, d, k, rng, True)
+        lower = values[np.minimum(leaf, n_steps - 1)]
+        upper = lower.copy()
+        succ = (total % 2 == 0) & (total > 0) & (k_in_leaf + 1 >= n_leaf)  # the upper middle is a larger step
+        if succ.any():
+            nxt, *_ = _descend(keys, base, s_lo[succ], s_hi[succ], s_d[succ], np.zeros(int(succ.sum()), dtype=np.int64), rng, False)
+            upper[succ] = values[nxt]
+        med = (lower + upper) / 2
+        med[total == 0] = np.nan  # only empty sessions chosen
+        out[start:start + r] = med
+    return out
 
 
 def median_with_ci(samples_by_session: list[np.ndarray], cfg: StatsConfig, rng: np.random.Generator) -> dict:

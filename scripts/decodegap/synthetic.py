@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 
-from decodegap import paths
+from decodegap import manifest, paths
 from decodegap.config import load_gpus, load_models
 from decodegap.floor import MemoryFloor, kv_bytes
 from decodegap.modes import arms_of
@@ -28,7 +28,8 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
     w_noemb = w - (0 if card.tied_embeddings else card.embedding_params() * 2)
     floor = MemoryFloor(w, w_noemb, kv_bytes(card.kv_bytes_per_token(), cell["ctx"]), gpu.b_peak_Bps, 0.85 * gpu.b_peak_Bps)
     arms_modes = arms_of(cell["mode"])
-    protocol = Protocol(timed_steps=n_steps, ab_blocks=max(1, n_steps // 16), ab_block_steps=16)
+    # a protocol the synthetic samples satisfy, so that a record without reasons is valid by its own data
+    protocol = Protocol(timed_steps=n_steps, ab_blocks=max(1, n_steps // 16), ab_block_steps=16, min_samples=min(n_steps, 64), min_duration_s=0.0)
     arms = []
     for i, mode in enumerate(arms_modes):
         level = base_ms * (1.0 if mode == "graphed" else 1.3) * (1 + 0.02 * rng.standard_normal())
@@ -73,6 +74,7 @@ def write_store(root, cells: list[dict], sessions: int, n_steps: int, seed: int 
             path = paths.session_path(root=root, session=s, **cell)
             write_session(record(cell, s, n_steps, rng, base_ms=base), path)
             out.append(path.as_posix())
+    manifest.add(out, root)  # like every command that adds sessions
     return out
 
 

@@ -8,7 +8,7 @@ unstable (invalid); a minimum or maximum 50 % off the mean is flagged as a warni
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,12 @@ class Protocol:
 
     def as_record(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, stated: dict) -> "Protocol":
+        """The protocol a record states (fields it predates take their defaults)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in stated.items() if k in names})
 
 
 def judge_arm(mode: str, host_ms: list[float], protocol: Protocol) -> tuple[list[str], list[str]]:
@@ -67,3 +73,25 @@ def judge_session(arms: list[dict], protocol: Protocol, foreign: list[dict], thr
     if throttled:
         reasons.append(f"clocks throttled: {', '.join(sorted(set(throttled)))}")
     return reasons, warnings
+
+
+def contradictions(record: dict) -> list[str]:
+    """Where a record's status disagrees with its own data, judged by the protocol it states: a
+    record that says valid must pass every check of its samples (count, duration, spread, one token
+    per step) and carry no reason; one that says invalid must say why."""
+    if record["status"] == "invalid":
+        return [] if record["reasons"] else ["says invalid but gives no reason"]
+    out = []
+    if record["reasons"]:
+        out.append(f"says valid but lists reasons: {'; '.join(record['reasons'])}")
+    if record.get("error"):
+        out.append(f"says valid but records an error: {record['error'].get('kind')}")
+    if not record["arms"]:
+        out.append("says valid but has no measured arm")
+    protocol = Protocol.from_record(record["protocol"])
+    for arm in record["arms"]:
+        reasons, _ = judge_arm(arm["mode"], arm["timed"]["host_ms"], protocol)
+        out += [f"says valid, but {r}" for r in reasons]
+        if arm["final_position"] != arm["expected_position"]:
+            out.append(f"says valid, but {arm['mode']} ended at position {arm['final_position']}, expected {arm['expected_position']}")
+    return out

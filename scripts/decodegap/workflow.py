@@ -18,7 +18,7 @@ import yaml
 
 from decodegap import paths
 from decodegap.config import GPUS_YAML, MODELS_YAML, REPO_ROOT, load_gpus, load_models, load_yaml
-from decodegap.errors import ConfigError
+from decodegap.errors import ConfigError, RawFileError
 
 CONFIG_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 CELL = "{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}"
@@ -126,35 +126,65 @@ class Plan:
         for exp in self.config["ab"]:
             for g in exp["gpus"]:
                 self.ab[Cell(g, exp["model"], exp["ctx"], exp["attn"], exp["quant"], exp["mode"])] = exp
+        self._existing: dict[Cell, list[str]] | None = None
         self.wanted = {c: m["sessions"] for c in self.matrix}
         for c, exp in self.ab.items():
             self.wanted[c] = max(self.wanted.get(c, 0), exp["sessions"])
+        self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
 
     @property
     def measure(self) -> bool:
         return bool(self.config["measure"])
 
     def existing_sessions(self, cell: Cell) -> list[str]:
+        """The cell's recorded session files (paths relative to the working directory)."""
+        if self._existing is None:
+            self._existing = {c: self._scan(c) for c in self.cells()}
+        return self._existing[cell] if cell in self._existing else self._scan(cell)
+
+    def _scan(self, cell: Cell) -> list[str]:
+        """Session files of one cell folder. A file named like a session but not canonically (s1.json,
+        s001.json) would count a session twice or under a name no tool expects: it stops the run,
+        naming the file and the canonical one of the same session."""
         folder = self.root / paths.session_path(session=0, **cell.keys).parent
         if not folder.is_dir():
             return []
-        return sorted(p.relative_to(self.root).as_posix() for p in folder.glob("s*.json") if paths.parse_session_path(p))
+        found = []
+        for p in sorted(folder.glob("s*.json")):
+            if paths.parse_session_path(p):
+                found.append(p.relative_to(self.root).as_posix())
+                continue
+            digits = p.stem[1:]
+            if digits.isdigit():
+                twin = folder / paths.canonical_name(int(digits))
+                also = f"; {twin.relative_to(self.root).as_posix()} is the file of session {int(digits)}" if twin.exists() else ""
+                raise RawFileError(f"{p.relative_to(self.root).as_posix()}: not a canonical session file name "
+                                   f"(sessions are named s00.json, s01.json, ..., s100.json){also}. Remove the stray copy "
+                                   "or give it its canonical name; nothing was read")
+        return found
 
     def raw_files(self, cell: Cell) -> list[str]:
-        """The sessions a cell's analysis reads: all wanted ones when measuring (missing ones become
-        measurement jobs), else only those already recorded (never a job for a GPU we lack)."""
-        existing = self.existing_sessions(cell)
+        """The recorded sessions a cell's analysis reads. Never an output of any rule."""
+        return self.existing_sessions(cell)
+
+    def missing_sessions(self, cell: Cell) -> list[int]:
+        """Wanted sessions not recorded yet: measurement jobs when measuring, else none (never a job
+        for a GPU we lack)."""
         if not self.measure:
-            return existing
-        wanted = [cell.raw_path(s) for s in range(self.wanted[cell])]
-        return sorted(set(wanted) | set(existing))
+            return []
+        recorded = {paths.parse_session_path(p)["session"] for p in self.existing_sessions(cell)}
+        return [s for s in range(self.wanted.get(cell, 0)) if s not in recorded]
+
+    def receipts(self, cell: Cell) -> list[str]:
+        """The measure rule's outputs for a cell: one receipt per missing session."""
+        return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
 
     def cells(self) -> list[Cell]:
         return list(dict.fromkeys(self.matrix + list(self.ab)))
 
     def analysed(self, cells=None) -> list[Cell]:
-        """Cells with something to analyse (all of them when measuring)."""
-        return [c for c in (cells if cells is not None else self.cells()) if self.raw_files(c)]
+        """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
+        return [c for c in (cells if cells is not None else self.cells()) if self.raw_files(c) or self.missing_sessions(c)]
 
     def cell_from_wildcards(self, w) -> Cell:
         return Cell(w.gpu, w.model, int(w.ctx), w.attn, w.quant, w.mode)

@@ -8,6 +8,7 @@ rule cell:
     input:
         code=ANALYSIS_CODE,
         raw=cell_raw_files,
+        measured=cell_receipts,
     output:
         sessions=CELL_SESSIONS,
         steps=CELL_STEPS,

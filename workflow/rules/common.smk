@@ -69,6 +69,15 @@ def cell_raw_files(wildcards):
     return PLAN.raw_files(PLAN.cell_from_wildcards(wildcards))
 
 
+def cell_receipts(wildcards):
+    return PLAN.receipts(PLAN.cell_from_wildcards(wildcards))
+
+
+def measure_raw_path(wildcards):
+    """Where the measure command writes the session (its own exclusive create; no rule outputs it)."""
+    return paths.raw_of_receipt(paths.MEASURE_RECEIPT.format(**wildcards))
+
+
 def cell_gpu_spec(wildcards):
     return GPU_TABLE[wildcards.gpu]
 

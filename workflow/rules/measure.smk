@@ -1,11 +1,14 @@
-# Measurement: one fresh process per session, on the GPU type the cell names. Raw sessions are
-# protected data: a job never overwrites one, and nothing downstream can re-trigger this rule
-# (its only inputs are the wildcards; analysis code and params are not among them).
+# Measurement: one fresh process per session, on the GPU type the cell names. Only sessions not
+# recorded yet are ever jobs, and a recorded session is never a rule's output: Snakemake deletes the
+# outputs of a job it (re)runs (--forceall, -R, a failed job under -k, --delete-all-output), so the
+# job's output is a receipt under results/receipts/, and the measure command writes the session
+# itself with an exclusive create that can never replace a file. The Snakefile includes this rule
+# only with `measure: true`.
 
 
 rule measure:
     output:
-        protected(paths.RAW_SESSION),
+        receipt=paths.MEASURE_RECEIPT,
     log:
         MEASURE_LOG,
     conda:
@@ -21,7 +24,8 @@ rule measure:
     params:
         args=measure_args,
         scripts=SCRIPTS_DIR,
+        raw=measure_raw_path,
     shell:
         "PYTHONPATH={params.scripts} python -m decodegap.measure --gpu {wildcards.gpu} --model {wildcards.model}"
         " --ctx {wildcards.ctx} --attn {wildcards.attn} --quant {wildcards.quant} --mode {wildcards.mode}"
-        " --session {wildcards.session} --out {output} {params.args} > {log} 2>&1"
+        " --session {wildcards.session} --out {params.raw} --receipt {output.receipt} {params.args} > {log} 2>&1"
