@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from conftest import FAST as FAST_ARGS
 from conftest import run_measure
 from decodegap import measure
 from decodegap.config import load_models
@@ -155,3 +156,17 @@ def test_ab_block_order_is_counterbalanced():
     assert order == ["eager", "graphed", "graphed", "eager"] * 2
     assert order.count("eager") == order.count("graphed") == 4
     assert measure.ab_block_order(["eager"], 4) == []
+
+
+def test_a_recorded_session_gets_its_manifest_line_and_receipt(tmp_path, measure_main):
+    from decodegap import manifest
+    from decodegap.codeversion import sha256_file
+
+    receipt = tmp_path / "results/receipts/x.json"
+    rc, rec, path = measure_main(tmp_path, extra=[*FAST_ARGS, "--receipt", str(receipt)])
+    assert rc == 0
+    rel = path.relative_to(tmp_path).as_posix()
+    assert manifest.read(tmp_path) == {rel: sha256_file(path)}  # the command that adds a session lists it
+    assert json.loads(receipt.read_text()) == {"raw_path": path.as_posix(), "sha256": sha256_file(path), "status": rec["status"]}
+    assert measure_main(tmp_path)[0] == 3  # recorded: refused, nothing measured, manifest unchanged
+    assert manifest.read(tmp_path) == {rel: sha256_file(path)}

@@ -101,7 +101,7 @@ def test_each_measurement_asked_for_its_cells_gpu(slurm_run):
 def test_killed_measurement_is_measured_again_and_nothing_else_changes(tmp_path):
     work = tmp_path
     (work / "config.yaml").write_text(yaml.safe_dump(slurm_config(timed_steps=40)))
-    first = snakemake(work, "--", "results/raw/cpu/tiny-llama/ctx32/sdpa_bf16_eager/s00.json")
+    first = snakemake(work, "--", "results/receipts/cpu/tiny-llama/ctx32/sdpa_bf16_eager/s00.json")  # a measure job's output
     assert first.returncode == 0, first.stderr[-3000:]
     before = sha256s(work / "results/raw")
     # a long measurement, cancelled while it runs (as a node failure or time limit would)
@@ -110,7 +110,7 @@ def test_killed_measurement_is_measured_again_and_nothing_else_changes(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", str(REPO / "profiles/slurm"), "--snakefile", str(REPO / "Snakefile"),
            "--directory", str(work), "--configfile", str(work / "config.yaml"), *FAST, "--retries", "0", "--",
-           "results/raw/cpu-as-l4/tiny-llama/ctx32/sdpa_bf16_eager/s00.json"]
+           "results/receipts/cpu-as-l4/tiny-llama/ctx32/sdpa_bf16_eager/s00.json"]
     run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     job_id = None
     deadline = time.time() + 180
