@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-import yaml  # noqa: E402
+import yaml
 
-from decodegap import synthetic  # noqa: E402
+from decodegap.analysis import synthetic
 
 
 def main():
@@ -49,15 +48,15 @@ def main():
         print(f"snakemake analysis half: {wall:.1f} s on {args.cores} cores ({n_jobs} cells; target <= 60 s)")
 
         # In-process breakdown of the same work (no job start-up), to see where time goes.
-        from decodegap import aggregate, stats
-        from decodegap.config import load_gpus
+        from decodegap.analysis import aggregate, stats
+        from decodegap.core.config import load_gpus
 
         gpus = load_gpus()
         t = time.perf_counter()
         tables = []
         for c in cells:
             files = sorted((work / "results" / "raw" / c["gpu"] / c["model"] / f"ctx{c['ctx']}" / f"{c['attn']}_{c['quant']}_{c['mode']}").glob("s*.json"))
-            tables.append((c, *aggregate.aggregate(files)))
+            tables.append((c, *aggregate.aggregate(files, gpus[c["gpu"]].b_peak_Bps)))
         t_agg = time.perf_counter() - t
         t = time.perf_counter()
         for c, s, st in tables:

@@ -15,11 +15,10 @@ import tracemalloc
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from decodegap.stats import StatsConfig, hierarchical_bootstrap_medians  # noqa: E402
+from decodegap.analysis.stats import StatsConfig, hierarchical_bootstrap_medians
 
 LIMIT_BYTES = 2 * 1024**3
 

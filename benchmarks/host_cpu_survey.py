@@ -11,16 +11,13 @@ names the steadiest CPU, for `taskset -c CPU` or the batch runner's --cpus.
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from decodegap.stats import StatsConfig  # noqa: E402
-from decodegap.timing import cpu_probe_ms  # noqa: E402
-from decodegap.validity import Protocol  # noqa: E402
+from decodegap.analysis.stats import StatsConfig
+from decodegap.measure.timing import cpu_probe_ms
+from decodegap.core.protocol import Protocol
 
 ITERATIONS = Protocol().step_probe_iterations  # the per-step probe of the measurement protocol
 SLOW_FACTOR = StatsConfig().host_nominal_factor  # slower than this x the fast tail: not host-nominal

@@ -13,8 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from decodegap.record import read_session  # noqa: E402
+from decodegap.core.record import read_session
 
 PHASES = ("process_start_to_main", "imports", "bandwidth", "build", "prefill", "prepare", "warmup", "timed", "outside_timed_loop")
 

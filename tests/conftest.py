@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,7 +6,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "scripts"
 
 # Protocol small enough for a CPU with a tiny card, still long enough to pass validity.
 FAST = ["--warmup-steps", "2", "--timed-steps", "40", "--min-samples", "20", "--min-duration-s", "0",
@@ -20,14 +18,14 @@ def measure_cmd(root, *, gpu="cpu", model="tiny-llama", ctx=32, mode="eager", se
 
 
 def run_measure(root, **kw):
-    env = {**os.environ, "PYTHONPATH": str(SCRIPTS)}
-    return subprocess.run(measure_cmd(root, **kw), capture_output=True, text=True, env=env, cwd=root)
+    return subprocess.run(measure_cmd(root, **kw), capture_output=True, text=True, cwd=root)
 
 
 @pytest.fixture
 def measure_main():
     """Call decodegap.measure.main in this process (faster than a fresh one): returns (rc, record)."""
-    from decodegap import measure, paths
+    from decodegap.measure import session as measure
+    from decodegap.core import paths
 
     def call(root, **kw):
         argv = measure_cmd(root, **kw)[3:]
@@ -94,9 +92,9 @@ def make_workspace(root, config=None, sessions=2, steps=48):
     """A working directory with a synthetic raw store and a small config (no GPU involved)."""
     import yaml
 
-    from decodegap import synthetic
-    from decodegap import manifest
-    from decodegap.record import write_session
+    from decodegap.analysis import synthetic
+    from decodegap.core import manifest
+    from decodegap.core.record import write_session
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

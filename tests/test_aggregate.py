@@ -5,9 +5,9 @@ import copy
 import numpy as np
 import pytest
 
-from decodegap import synthetic
-from decodegap.aggregate import rows_of
-from decodegap.errors import RawFileError
+from decodegap.analysis import synthetic
+from decodegap.analysis.aggregate import rows_of
+from decodegap.core.errors import RawFileError
 
 CELL = dict(gpu="h200", model="tiny-llama", ctx=32, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
 
@@ -21,7 +21,7 @@ def test_host_columns_carry_cpu_time_and_probe_speed_per_step():
     rec["cpu_probe"]["ms_before_block"] = [0.5 + 0.1 * b for b in range(len(rec["cpu_probe"]["ms_before_block"]))]
     eager = rec["arms"][0]["timed"]
     eager["cpu_probe_before_ms"][3], eager["cpu_probe_after_ms"][3] = 0.066, 0.132  # 2000 iterations
-    _, steps = rows_of(rec, "s00.json", "sha")
+    _, steps = rows_of(rec, "s00.json", "sha", 4.8e12)
     row = next(r for r in steps if r["arm"] == "eager" and r["step"] == 3)
     assert row["step_probe_ns_per_iter"] == pytest.approx(0.132e6 / 2000)  # the slower of the two probes
     assert row["block_probe_ns_per_iter"] == pytest.approx((0.5 + 0.1 * row["block"]) * 1e6 / 20000)
@@ -35,7 +35,7 @@ def test_old_records_without_host_fields_still_aggregate_with_nulls():
     for arm in rec["arms"]:
         for key in ("host_cpu_ms", "cpu_probe_before_ms", "cpu_probe_after_ms", "block"):
             del arm["timed"][key]
-    sessions, steps = rows_of(rec, "s00.json", "sha")
+    sessions, steps = rows_of(rec, "s00.json", "sha", 4.8e12)
     assert len(steps) == 64 and all(r["step_probe_ns_per_iter"] is None and r["host_cpu_ms"] is None for r in steps)
     assert sessions[0]["median_host_cpu_ms"] is None
 
@@ -45,4 +45,4 @@ def test_a_per_step_list_of_the_wrong_length_is_refused_naming_it(key):
     rec = copy.deepcopy(_record())
     rec["arms"][1]["timed"][key] = rec["arms"][1]["timed"][key][:-1]
     with pytest.raises(RawFileError, match=f"s00.json: arm graphed: .*{key} has 31"):
-        rows_of(rec, "s00.json", "sha")
+        rows_of(rec, "s00.json", "sha", 4.8e12)

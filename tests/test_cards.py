@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from decodegap.cards import ModelCard, build_model
-from decodegap.config import load_models
-from decodegap.errors import ConfigError
+from decodegap.core.config import ModelCard
+from decodegap.measure.cards import build_model
+from decodegap.core.config import load_models
+from decodegap.core.errors import ConfigError
 
 MODELS = load_models()
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from decodegap import codeversion
-from decodegap.config import REPO_ROOT
+from decodegap.core import sources
+from decodegap.core.config import REPO_ROOT
+from decodegap.measure import codeversion
 
 HAS_GIT = (REPO_ROOT / ".git").exists()
 
@@ -18,7 +19,7 @@ def _sources_at(rev: str) -> dict:
     listing = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-tree", "-r", "--name-only", rev], capture_output=True, text=True, check=True).stdout
     out = {}
     for path in listing.splitlines():
-        if any(Path(path).match(g) for g in codeversion.SOURCE_GLOBS):
+        if any(Path(path).match(g) for g in sources.SOURCE_GLOBS):
             blob = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
             out[path] = hashlib.sha256(blob).hexdigest()
     return out
@@ -29,7 +30,7 @@ def test_launcher_commit_wins_over_a_copied_git(monkeypatch):
     monkeypatch.setenv("DECODEGAP_GIT_DIRTY", "0")
     v = codeversion.code_version()
     assert (v["commit"], v["dirty"], v["commit_origin"]) == ("0123abcd" * 5, False, "env")
-    assert v["sources_sha256"] == codeversion.sources_sha256(v["files"])  # hashes come from disk regardless
+    assert v["sources_sha256"] == sources.sources_sha256(v["files"])  # hashes come from disk regardless
 
 
 def test_unsaid_dirty_flag_is_unknown_unless_git_holds_that_commit(monkeypatch):
@@ -43,9 +44,9 @@ def test_unsaid_dirty_flag_is_unknown_unless_git_holds_that_commit(monkeypatch):
 def test_matching_commits_finds_the_commit_whose_sources_a_record_holds():
     head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     files = _sources_at(head)
-    assert head in codeversion.matching_commits(files, max_commits=50)
+    assert head in sources.matching_commits(files, max_commits=50)
     changed = dict(files)
-    changed["scripts/decodegap/measure.py"] = "0" * 64  # code that was never committed
-    assert codeversion.matching_commits(changed, max_commits=50) == []
+    changed[next(p for p in files if p.endswith(".py"))] = "0" * 64  # code that was never committed
+    assert sources.matching_commits(changed, max_commits=50) == []
     fewer = {k: v for k, v in files.items() if k != "config/gpus.yaml"}
-    assert codeversion.matching_commits(fewer, max_commits=50) == []
+    assert sources.matching_commits(fewer, max_commits=50) == []

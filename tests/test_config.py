@@ -4,14 +4,14 @@ import pytest
 import yaml
 
 from conftest import REPO
-from decodegap.attention import PATHS as ATTN
-from decodegap.config import load_gpus, load_models
-from decodegap.errors import ConfigError
-from decodegap.modes import MODES
-from decodegap.reference import load_reference
-from decodegap.validity import Protocol
-from decodegap.weights import PATHS as QUANT
-from decodegap.workflow import CONFIG_SCHEMA, Plan, validate_config
+from decodegap.measure.attention import PATHS as ATTN
+from decodegap.core.config import load_gpus, load_models
+from decodegap.core.errors import ConfigError
+from decodegap.measure.modes import MODES
+from decodegap.analysis.reference import load_reference
+from decodegap.core.protocol import Protocol
+from decodegap.measure.weights import PATHS as QUANT
+from decodegap.core.cells import CONFIG_SCHEMA, Plan, validate_config
 
 CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
 

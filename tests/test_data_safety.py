@@ -46,17 +46,39 @@ def snakemake(root: Path, *args, timeout=900):
 
 
 def provenance_check(root: Path):
-    env = {**os.environ, "PYTHONPATH": str(root / "scripts")}
-    return subprocess.run([sys.executable, "-m", "decodegap.provenance", "check"], cwd=root, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "decodegap.analysis.provenance", "check"], cwd=root, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A clone with the whole report built once from the bundled sessions."""
-    root = clone(tmp_path_factory.mktemp("clone"))
+    """Built once, for the tests that then run every flag against it."""
+    return built_clone(tmp_path_factory.mktemp("clone"))
+
+
+def built_clone(folder: Path) -> Path:
+    """A clone with the whole report built from the bundled sessions."""
+    root = clone(folder)
     proc = snakemake(root, "--cores", "2", "report/paper_tables.tex")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root
+
+
+@pytest.fixture(scope="module")
+def bundled_report(tmp_path_factory):
+    """Built once and left untouched by the tests."""
+    return built_clone(tmp_path_factory.mktemp("bundled"))
+
+
+def test_the_bundled_report_has_the_numbers_it_had(bundled_report):
+    """Every number the report renders from the bundled sessions, against tests/data/: a refactor
+    must not move one. After adding sessions or changing a statistic on purpose, rewrite the file:
+    python -m decodegap.analysis.provenance keys > tests/data/bundled_report_numbers.tsv"""
+    expected = dict(line.split("\t") for line in (REPO / "tests/data/bundled_report_numbers.tsv").read_text().splitlines())
+    doc = json.loads((bundled_report / "report/provenance.json").read_text())
+    built = {key: entry["text"] for key, entry in doc["numbers"].items()}
+    assert len(built) >= 144
+    moved = {k: (expected.get(k), built.get(k)) for k in set(expected) | set(built) if expected.get(k) != built.get(k)}
+    assert not moved, f"{len(moved)} numbers differ (expected, built): {dict(list(moved.items())[:10])}"
 
 
 def test_bundled_sessions_match_their_manifest():

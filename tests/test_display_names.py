@@ -13,10 +13,10 @@ import warnings
 import pytest
 from matplotlib.text import Text
 
-from decodegap import figures, tables
-from decodegap.config import load_gpus, load_models
-from decodegap.latex import escape
-from decodegap.reference import load_reference
+from decodegap.analysis import figures, tables
+from decodegap.core.config import load_gpus, load_models
+from decodegap.analysis.latex import escape
+from decodegap.analysis.reference import load_reference
 from test_latex import OT1, T1, _compile
 
 GPU_NAMES = {  # as under `gpus:` in a user's config.yaml
@@ -44,7 +44,7 @@ def _arm(ms, b_peak):
 
 
 def _stats(cell, gpus, ms, status="valid"):
-    """The fields of a cell's statistics record (decodegap.stats.cell_stats) that tables and figures read."""
+    """The fields of a cell's statistics record (decodegap.analysis.stats.cell_stats) that tables and figures read."""
     b_peak = gpus[cell["gpu"]]["b_peak_Bps"]
     arms = ["eager", "graphed"] if cell["mode"] == "ab-eager-graphed" else [cell["mode"]]
     scope = {"arms": {a: _arm(ms * (1.3 if a == "eager" else 1.0), b_peak) for a in arms}}

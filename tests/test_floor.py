@@ -2,8 +2,8 @@
 
 import pytest
 
-from decodegap.config import load_gpus, load_models
-from decodegap.floor import MemoryFloor, kv_bytes, r_floor, t_floor_s
+from decodegap.core.config import load_gpus, load_models
+from decodegap.core.floor import MemoryFloor, kv_bytes, r_floor, t_floor_s
 
 MODELS, GPUS = load_models(), load_gpus()
 

@@ -9,10 +9,11 @@ import tarfile
 import numpy as np
 import pytest
 
-from conftest import SCRIPTS, SMALL_CELLS
-from decodegap import manifest, paths, synthetic
-from decodegap.ingest import ingest
-from decodegap.record import encode
+from conftest import SMALL_CELLS
+from decodegap.core import manifest, paths
+from decodegap.analysis import synthetic
+from decodegap.measure.ingest import ingest
+from decodegap.core.record import encode
 
 
 def archive(tmp_path, name, files: dict[str, bytes]):
@@ -76,22 +77,22 @@ def test_command_line_exit_status_and_dry_run(tmp_path):
     store = tmp_path / "store"
     cell = SMALL_CELLS[0]
     tar = archive(tmp_path, "a", {raw(cell, 0): session_bytes(cell, 0)})
-    cmd = [sys.executable, "-m", "decodegap.ingest", str(tar), "--root", str(store)]
-    env = {"PYTHONPATH": str(SCRIPTS), "PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "decodegap.measure.ingest", str(tar), "--root", str(store)]
+    env = {"PATH": "/usr/bin:/bin"}
     dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True, env=env)
     assert dry.returncode == 0 and "would add 1" in dry.stdout and not (store / "results").exists()
     real = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert real.returncode == 0 and "added 1, already recorded 0, refused 0" in real.stdout
     bogus = tmp_path / "notes.txt"
     bogus.write_text("hello")
-    bad = subprocess.run([sys.executable, "-m", "decodegap.ingest", str(bogus), "--root", str(store)], capture_output=True, text=True, env=env)
+    bad = subprocess.run([sys.executable, "-m", "decodegap.measure.ingest", str(bogus), "--root", str(store)], capture_output=True, text=True, env=env)
     assert bad.returncode == 1 and "neither a folder nor a tar archive" in bad.stderr
 
 
 @pytest.mark.parametrize("flag,value", [("--max-rel-stdev", "-1"), ("--max-rel-stdev", "0"), ("--min-samples", "0"),
                                         ("--timed-steps", "0"), ("--min-duration-s", "-0.5")])
 def test_measure_refuses_a_protocol_that_judges_nothing(flag, value, capsys):
-    from decodegap.measure import parse_args
+    from decodegap.measure.session import parse_args
 
     with pytest.raises(SystemExit) as exc:
         parse_args(["--gpu", "cpu", "--model", "tiny-llama", "--ctx", "8", "--mode", "eager", "--session", "0", flag, value])

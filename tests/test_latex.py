@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from decodegap.latex import NumberLog, escape, path
-from decodegap.tables import matrix_table
+from decodegap.analysis.latex import NumberLog, escape, path
+from decodegap.analysis.tables import matrix_table
 
 NASTY = r"Qwen_2.5 & co. 100% #1 {x} ~y^ $z$ \cmd <a>"
 

@@ -1,16 +1,15 @@
 """A real measured session end to end on the CPU with tiny cards, and every invalid path."""
 
 import json
-import os
 
 import pytest
 import torch
 
 from conftest import FAST as FAST_ARGS
 from conftest import run_measure
-from decodegap import measure
-from decodegap.config import load_models
-from decodegap.record import read_session, schema_errors
+from decodegap.measure import session as measure
+from decodegap.core.config import load_models
+from decodegap.core.record import read_session, schema_errors
 
 CARD = load_models()["tiny-llama"]
 
@@ -48,7 +47,9 @@ def test_fresh_process_session_end_to_end(tmp_path):
     assert floor["kv_bytes"] == 48 * CARD.kv_bytes_per_token()
     assert floor["t_floor_s"] == pytest.approx((floor["weight_bytes"] + floor["kv_bytes"]) / 2.0e10)
     assert floor["copy_bandwidth_Bps"] > 0
-    assert rec["code"]["sources_sha256"] and rec["code"]["files"]["scripts/decodegap/measure.py"]
+    files = rec["code"]["files"]
+    assert rec["code"]["sources_sha256"] and files["scripts/decodegap/measure/session.py"] and files["scripts/decodegap/core/record.py"]
+    assert not any(f.startswith("scripts/decodegap/analysis/") for f in files)  # analysis code never decides a measured number
     assert rec["environment"]["libraries"]["torch"] == torch.__version__.split("+")[0] or rec["environment"]["libraries"]["torch"]
     phases = rec["time"]["phases_s"]
     assert {"imports", "build", "prefill", "warmup", "timed", "outside_timed_loop"} <= set(phases)
@@ -97,7 +98,7 @@ def test_out_of_memory_is_an_invalid_record(tmp_path, measure_main, monkeypatch)
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr("decodegap.cards.build_model", oom)
+    monkeypatch.setattr("decodegap.measure.cards.build_model", oom)
     rc, rec, _ = measure_main(tmp_path)
     assert rc == 0 and rec["status"] == "invalid"
     assert rec["reasons"] == ["out of memory: CUDA out of memory. Tried to allocate 20.00 GiB"]
@@ -107,7 +108,7 @@ def test_unexpected_error_writes_nothing_and_propagates(tmp_path, measure_main, 
     def bug(*a, **k):
         raise ValueError("a bug")
 
-    monkeypatch.setattr("decodegap.cards.build_model", bug)
+    monkeypatch.setattr("decodegap.measure.cards.build_model", bug)
     with pytest.raises(ValueError, match="a bug"):
         measure_main(tmp_path)
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
@@ -159,8 +160,8 @@ def test_ab_block_order_is_counterbalanced():
 
 
 def test_a_recorded_session_gets_its_manifest_line_and_receipt(tmp_path, measure_main):
-    from decodegap import manifest
-    from decodegap.codeversion import sha256_file
+    from decodegap.core import manifest
+    from decodegap.core.sources import sha256_file
 
     receipt = tmp_path / "results/receipts/x.json"
     rc, rec, path = measure_main(tmp_path, extra=[*FAST_ARGS, "--receipt", str(receipt)])

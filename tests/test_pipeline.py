@@ -4,15 +4,14 @@ that nothing but a missing session ever asks for a GPU."""
 import json
 import os
 import re
-import shutil
 import time
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
-from decodegap import provenance, synthetic
-from decodegap.record import write_session
+from conftest import SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
+from decodegap.analysis import provenance, synthetic
+from decodegap.core.record import write_session
 
 
 def test_report_is_complete(built_workspace):
@@ -136,11 +135,36 @@ def test_corrupt_raw_file_stops_the_run_naming_it(tmp_path):
     assert f"{bad.relative_to(root)}: not valid JSON" in proc.stdout + proc.stderr
 
 
-def test_only_measure_is_ever_submitted_to_a_cluster(tmp_path):
-    """Every rule but `measure` is a localrule, so a new analysis rule cannot silently become a
-    cluster job (as figure_host once did until the SLURM test caught it)."""
-    root = make_workspace(tmp_path, config=small_config(measure=True))  # measure is defined only then
-    rules = set(run_snakemake(root, "--list-rules").stdout.split())
-    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", (REPO / "Snakefile").read_text(), re.M)
-    local = {line.strip().rstrip(",") for line in block.group(1).splitlines()}
-    assert "measure" in rules and rules - local == {"measure"}
+def test_an_overridden_b_peak_is_the_one_every_artifact_divides_by(tmp_path):
+    """A user corrects the H200's datasheet bandwidth in the config: the Parquet files, the
+    statistics, the tables and the provenance all show floors and R_floor at that bandwidth, while
+    the sessions keep what the measurement saw."""
+    import pandas as pd
+
+    b_peak = 2.4e12  # config/gpus.yaml says 4.8e12, which the synthetic sessions recorded
+    root = make_workspace(tmp_path, config=small_config(gpus={"h200": {"b_peak_Bps": b_peak}}))
+    run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
+    for table in ("results/aggregate/sessions.parquet", *map(str, root.glob("results/cells/h200/**/sessions.parquet"))):
+        df = pd.read_parquet(root / table)
+        df = df[(df["gpu"] == "h200") & df["weight_bytes"].notna()]
+        assert len(df) and (df["b_peak_Bps"] == b_peak).all() and (df["measured_b_peak_Bps"] == 4.8e12).all(), table
+        assert np.allclose(df["t_floor_s"], (df["weight_bytes"] + df["kv_bytes"]) / b_peak), table
+        assert np.allclose(df["measured_t_floor_s"], (df["weight_bytes"] + df["kv_bytes"]) / 4.8e12), table
+    sessions = pd.read_parquet(root / "results/aggregate/sessions.parquet")
+    numbers = json.loads((root / "report/provenance.json").read_text())["numbers"]
+    checked = 0
+    for stats_file in root.glob("results/stats/h200/**/stats.json"):
+        stats = json.loads(stats_file.read_text())
+        for arm, a in stats["valid"]["arms"].items():
+            cell = stats["cell"]
+            row = sessions[(sessions["ctx"] == cell["ctx"]) & (sessions["mode"] == cell["mode"]) & (sessions["arm"] == arm)].iloc[0]
+            assert a["b_peak_Bps"] == b_peak
+            assert a["t_floor_ms"] == pytest.approx(row["t_floor_s"] * 1e3)  # stats.json agrees with the Parquet
+            assert a["r_floor"] == pytest.approx(a["t_floor_ms"] / a["median_ms"])
+            key = f"matrix_h200/r_floor/h200/{cell['model']}/ctx{cell['ctx']}/{cell['attn']}_{cell['quant']}_{cell['mode']}/valid"
+            if key in numbers:  # the table renders it, and provenance records the same value
+                assert numbers[key]["value"] == pytest.approx(a["r_floor"]) and numbers[key]["text"] == f"{a['r_floor']:.3f}"
+                assert f"\\dgnum{{{key}}}{{{a['r_floor']:.3f}}}" in (root / "report/tables/matrix_h200.tex").read_text()
+                checked += 1
+    assert checked >= 3
+    assert r"2400\,GB/s" in (root / "report/tables/matrix_h200.tex").read_text()  # the bandwidth the table names

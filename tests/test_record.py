@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from decodegap import paths
-from decodegap.errors import ConfigError, RawFileError, SessionExists
-from decodegap.record import read_session, write_session
+from decodegap.core import paths
+from decodegap.core.errors import ConfigError, RawFileError, SessionExists
+from decodegap.core.record import read_session, write_session
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from decodegap import stats as stats_module
-from decodegap.stats import StatsConfig, cell_stats, hierarchical_bootstrap_medians, median_with_ci, speedup_with_ci
+from decodegap.analysis import stats as stats_module
+from decodegap.analysis.stats import StatsConfig, cell_stats, hierarchical_bootstrap_medians, median_with_ci, speedup_with_ci
 
 CFG = StatsConfig(n_resamples=1000, seed=1)
 

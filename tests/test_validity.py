@@ -1,7 +1,7 @@
 """Validity rules: pyperf's spread, foreign processes, throttled clocks, one token per step."""
 
-from decodegap.environment import decode_clock_reasons, foreign_processes
-from decodegap.validity import Protocol, judge_arm, judge_session
+from decodegap.measure.environment import decode_clock_reasons, foreign_processes
+from decodegap.core.protocol import Protocol, judge_arm, judge_session
 
 P = Protocol(min_samples=10, min_duration_s=0.0)
 

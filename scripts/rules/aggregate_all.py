@@ -1,9 +1,6 @@
 # Snakemake entry point: every cell's tables -> results/aggregate/{sessions,steps}.parquet.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir + "/..")
-from decodegap.aggregate import SESSIONS_SCHEMA, STEPS_SCHEMA, concat  # noqa: E402
-from decodegap.rulelog import run_rule  # noqa: E402
+from decodegap.analysis.aggregate import SESSIONS_SCHEMA, STEPS_SCHEMA, concat
+from decodegap.analysis.rulelog import run_rule
 
 
 def body():

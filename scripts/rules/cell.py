@@ -1,10 +1,7 @@
 # Snakemake entry point: one cell's raw sessions -> its Parquet tables and its statistics.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir + "/..")  # the decodegap package beside this folder
-from decodegap.paths import raw_of_receipt  # noqa: E402
-from decodegap.rulelog import run_rule  # noqa: E402
-from decodegap.stats import summarize_cell  # noqa: E402
+from decodegap.core.paths import raw_of_receipt
+from decodegap.analysis.rulelog import run_rule
+from decodegap.analysis.stats import summarize_cell
 
 out = snakemake.output
 # recorded sessions, and those this run measured (each receipt names its session)

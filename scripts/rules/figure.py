@@ -1,10 +1,7 @@
 # Snakemake entry point: one figure (ladder, context, ab or host), PDF and PNG.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir + "/..")
-from decodegap import figures  # noqa: E402
-from decodegap.reference import load_reference  # noqa: E402
-from decodegap.rulelog import run_rule  # noqa: E402
+from decodegap.analysis import figures
+from decodegap.analysis.reference import load_reference
+from decodegap.analysis.rulelog import run_rule
 
 p = snakemake.params
 

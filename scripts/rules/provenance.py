@@ -1,8 +1,5 @@
 # Snakemake entry point: report/provenance.json from every table's numbers.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir + "/..")
-from decodegap.provenance import build  # noqa: E402
-from decodegap.rulelog import run_rule  # noqa: E402
+from decodegap.analysis.provenance import build
+from decodegap.analysis.rulelog import run_rule
 
 run_rule(snakemake, lambda: build(snakemake.input.numbers, snakemake.output[0]))

@@ -1,10 +1,7 @@
 # Snakemake entry point: one LaTeX table and the sidecar of the numbers it rendered.
-import sys
-
-sys.path.insert(0, snakemake.scriptdir + "/..")
-from decodegap import tables  # noqa: E402
-from decodegap.reference import load_reference  # noqa: E402
-from decodegap.rulelog import run_rule  # noqa: E402
+from decodegap.analysis import tables
+from decodegap.analysis.reference import load_reference
+from decodegap.analysis.rulelog import run_rule
 
 p, out = snakemake.params, snakemake.output
 

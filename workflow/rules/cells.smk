@@ -10,11 +10,12 @@ rule cell:
         raw=cell_raw_files,
         measured=cell_receipts,
     output:
-        sessions=CELL_SESSIONS,
-        steps=CELL_STEPS,
-        stats=CELL_STATS,
+        sessions=paths.CELL_SESSIONS,
+        steps=paths.CELL_STEPS,
+        stats=paths.CELL_STATS,
     log:
-        "logs/cells/{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}.log",
+        paths.CELL_LOG,
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -30,10 +31,13 @@ rule aggregate_all:
         sessions=[c.sessions_parquet for c in PLAN.analysed()],
         steps=[c.steps_parquet for c in PLAN.analysed()],
     output:
-        sessions=report(ALL_SESSIONS, caption="../report/sessions.rst", category="Data"),
-        steps=ALL_STEPS,
+        sessions=report(
+            paths.ALL_SESSIONS, caption="../report/sessions.rst", category="Data"
+        ),
+        steps=paths.ALL_STEPS,
     log:
-        "logs/aggregate/all.log",
+        paths.log("aggregate", "all"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     script:

@@ -1,5 +1,6 @@
-# Helpers and target lists. The logic lives in scripts/decodegap/workflow.py (tested); this file
-# binds it to Snakemake: config validation at parse time, the path grammar, input functions.
+# Helpers and target lists. The logic lives in scripts/decodegap/core/cells.py (tested) and every
+# path in scripts/decodegap/core/paths.py; this file binds them to Snakemake: config validation at
+# parse time, input functions, the measurement's arguments.
 
 import json
 import os
@@ -7,19 +8,20 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
-
-from decodegap import paths
-from decodegap.errors import DecodegapError
-from decodegap.workflow import (
-    ALL_SESSIONS,
-    ALL_STEPS,
-    CELL_SESSIONS,
-    CELL_STATS,
-    CELL_STEPS,
-    MEASURE_LOG,
-    Plan,
+# The package is imported one way: through its one path entry, scripts/ (what `pip install -e .`
+# puts on the path too). Snakemake itself, every rule script and every job (here, or on a cluster
+# node in its conda environment) find it through PYTHONPATH, set here and nowhere else.
+SCRIPTS_DIR = str(Path(workflow.basedir) / "scripts")
+os.environ.update(  # set, not read: no envvars directive needed
+    PYTHONPATH=os.pathsep.join(
+        p for p in (SCRIPTS_DIR, os.environ.get("PYTHONPATH")) if p
+    )
 )
+sys.path.insert(0, SCRIPTS_DIR)
+
+from decodegap.core import paths
+from decodegap.core.errors import DecodegapError
+from decodegap.core.cells import Plan
 
 try:
     PLAN = Plan(config)  # validates config against workflow/schemas/config.schema.yaml
@@ -39,19 +41,22 @@ def repo_path(rel):
 
 ANALYSIS_ENV = "../../envs/analysis.yaml"
 MEASURE_ENV = "../../envs/measure.yaml"
-SCRIPTS_DIR = repo_path("scripts")
 REFERENCE = repo_path("config/reference/paper.yaml")
 MODELS_YAML = repo_path("config/models.yaml")
 GPUS_YAML = repo_path("config/gpus.yaml")
 GPU_TABLE = {k: vars(v) for k, v in PLAN.gpus.items()}
 MODEL_TABLE = {k: {"display_name": m.display_name} for k, m in PLAN.models.items()}
-# The analysis code: an input of every analysis rule, so that editing it reruns the analysis
-# (never a measurement: the measure rule has no inputs at all).
+# The analysis code (the core and the analysis wing): an input of every analysis rule, so that
+# editing it reruns the analysis (never a measurement: the measure rule has no inputs at all).
 ANALYSIS_CODE = sorted(
     repo_path(p.relative_to(workflow.basedir))
-    for pattern in ("scripts/decodegap/*.py", "scripts/decodegap/templates/*.j2")
+    for pattern in (
+        "scripts/decodegap/*.py",
+        "scripts/decodegap/core/*.py",
+        "scripts/decodegap/analysis/*.py",
+        "scripts/decodegap/analysis/templates/*.j2",
+    )
     for p in Path(workflow.basedir).glob(pattern)
-    if p.name not in ("measure.py", "batch.py")
 )
 FIGURE_CAPTIONS = {
     "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",

@@ -8,13 +8,14 @@ rule figure_ladder:
         reference=REFERENCE,
     output:
         report(
-            "report/figures/ladder.pdf",
+            paths.figure("ladder")[0],
             caption="../report/ladder.rst",
             category="Figures",
         ),
-        "report/figures/ladder.png",
+        paths.figure("ladder")[1],
     log:
-        "logs/figures/ladder.log",
+        paths.log("figures", "ladder"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -32,13 +33,14 @@ rule figure_context:
         stats=PLAN.matrix_stats(),
     output:
         report(
-            "report/figures/context.pdf",
+            paths.figure("context")[0],
             caption="../report/context.rst",
             category="Figures",
         ),
-        "report/figures/context.png",
+        paths.figure("context")[1],
     log:
-        "logs/figures/context.log",
+        paths.log("figures", "context"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -55,10 +57,15 @@ rule figure_ab:
         stats=PLAN.ab_stats(),
         reference=REFERENCE,
     output:
-        report("report/figures/ab.pdf", caption="../report/ab.rst", category="Figures"),
-        "report/figures/ab.png",
+        report(
+            paths.figure("ab")[0],
+            caption="../report/ab.rst",
+            category="Figures",
+        ),
+        paths.figure("ab")[1],
     log:
-        "logs/figures/ab.log",
+        paths.log("figures", "ab"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -74,11 +81,14 @@ rule figure_host:
         stats=PLAN.ab_stats(),
     output:
         report(
-            "report/figures/host.pdf", caption="../report/host.rst", category="Figures"
+            paths.figure("host")[0],
+            caption="../report/host.rst",
+            category="Figures",
         ),
-        "report/figures/host.png",
+        paths.figure("host")[1],
     log:
-        "logs/figures/host.log",
+        paths.log("figures", "host"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:

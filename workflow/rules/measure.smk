@@ -10,7 +10,7 @@ rule measure:
     output:
         receipt=paths.MEASURE_RECEIPT,
     log:
-        MEASURE_LOG,
+        paths.MEASURE_LOG,
     conda:
         MEASURE_ENV
     resources:
@@ -23,9 +23,8 @@ rule measure:
         constraint=measure_constraint,
     params:
         args=measure_args,
-        scripts=SCRIPTS_DIR,
         raw=measure_raw_path,
     shell:
-        "PYTHONPATH={params.scripts} python -m decodegap.measure --gpu {wildcards.gpu} --model {wildcards.model}"
+        "python -m decodegap.measure --gpu {wildcards.gpu} --model {wildcards.model}"
         " --ctx {wildcards.ctx} --attn {wildcards.attn} --quant {wildcards.quant} --mode {wildcards.mode}"
         " --session {wildcards.session} --out {params.raw} --receipt {output.receipt} {params.args} > {log} 2>&1"

@@ -7,12 +7,13 @@ rule paper_tables:
         tables=list(PLAN.tables().values()),
         figures=[f for pair in PLAN.figures().values() for f in pair],
         # built with the tables, so that one target gives the whole report
-        provenance="report/provenance.json",
-        data=[ALL_SESSIONS, ALL_STEPS],
+        provenance=paths.PROVENANCE,
+        data=[paths.ALL_SESSIONS, paths.ALL_STEPS],
     output:
-        "report/paper_tables.tex",
+        paths.PAPER_TABLES,
     log:
-        "logs/report/paper_tables.log",
+        paths.log("report", "paper_tables"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -24,12 +25,13 @@ rule paper_tables:
 rule provenance:
     input:
         code=ANALYSIS_CODE,
-        numbers=[f"results/provenance/{name}.json" for name in PLAN.tables()],
+        numbers=[paths.table_numbers(name) for name in PLAN.tables()],
         stats=PLAN.matrix_stats() + PLAN.ab_stats(),
     output:
-        "report/provenance.json",
+        paths.PROVENANCE,
     log:
-        "logs/report/provenance.log",
+        paths.log("report", "provenance"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     script:

@@ -7,13 +7,14 @@ rule table_matrix:
         stats=matrix_stats_of_gpu,
     output:
         tex=report(
-            "report/tables/matrix_{gpu}.tex",
+            paths.table_tex("matrix_{gpu}"),
             caption="../report/matrix.rst",
             category="Tables",
         ),
-        numbers="results/provenance/matrix_{gpu}.json",
+        numbers=paths.table_numbers("matrix_{gpu}"),
     log:
-        "logs/tables/matrix_{gpu}.log",
+        paths.log("tables", "matrix_{gpu}"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -32,11 +33,12 @@ rule table_ab:
         reference=REFERENCE,
     output:
         tex=report(
-            "report/tables/ab.tex", caption="../report/ab_table.rst", category="Tables"
+            paths.table_tex("ab"), caption="../report/ab_table.rst", category="Tables"
         ),
-        numbers="results/provenance/ab.json",
+        numbers=paths.table_numbers("ab"),
     log:
-        "logs/tables/ab.log",
+        paths.log("tables", "ab"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:
@@ -54,13 +56,14 @@ rule table_published:
         reference=REFERENCE,
     output:
         tex=report(
-            "report/tables/published.tex",
+            paths.table_tex("published"),
             caption="../report/published.rst",
             category="Tables",
         ),
-        numbers="results/provenance/published.json",
+        numbers=paths.table_numbers("published"),
     log:
-        "logs/tables/published.log",
+        paths.log("tables", "published"),
+    localrule: True
     conda:
         ANALYSIS_ENV
     params:

@@ -1,0 +1,215 @@
+r"""Figures (seaborn, one shared style, PDF and PNG). Published points of the paper are drawn beside
+measured ones, hollow and labelled "published", so a GPU without measurements still has its place.
+
+Every string from the user's configuration (display names, keys, modes) reaches matplotlib through
+`literal`, which escapes `$` so matplotlib never reads it as mathtext: `Qwen $2.5$` and `a\b$c$` are
+drawn as typed (outside mathtext a backslash is an ordinary character). Labels the code writes
+itself, such as the R_floor axis label, keep their math. Glyphs DejaVu Sans lacks (emoji, CJK) come
+from the first installed font of FALLBACK_FONTS that has them: a CJK font (Debian: fonts-droid-fallback,
+fonts-noto-cjk or fonts-wqy-zenhei) for CJK, Symbola (fonts-symbola) for emoji and other symbols.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import matplotlib.font_manager
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from decodegap.analysis.tables import SCOPE_LABEL, SCOPES, load_stats  # noqa: E402
+
+MODE_MARKERS = {"eager": "o", "static": "D", "graphed": "s"}
+
+# Tried in this order for a glyph the default sans-serif font (DejaVu Sans) lacks; only the ones
+# installed are used, so a machine without them draws what it can and warns about the rest.
+# CJK fonts come before Symbola, which has a few ideographs of its own: a name is drawn in one face.
+FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Source Han Sans", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+                  "Droid Sans Fallback", "AR PL UMing CN", "Symbola", "Noto Sans Symbols", "Noto Sans Symbols2")
+_rescanned = False
+
+
+def literal(s) -> str:
+    """A user's string (display name, key, mode) as matplotlib text: drawn literally, never as math.
+    matplotlib parses text with an even number of unescaped `$` as mathtext; escaped, it has none,
+    and matplotlib turns each `\\$` back into `$`. Other backslashes are plain characters there."""
+    return str(s).replace("$", r"\$")
+
+
+def fallback_fonts() -> list[str]:
+    """The FALLBACK_FONTS matplotlib can find. A font installed after matplotlib built its font
+    cache is not in the cache: look for new font files once before giving up on one."""
+    global _rescanned
+    fm = matplotlib.font_manager.fontManager
+    known = {f.name for f in fm.ttflist}
+    if not _rescanned and not all(name in known for name in FALLBACK_FONTS):
+        _rescanned = True
+        cached = {f.fname for f in fm.ttflist}
+        for path in matplotlib.font_manager.findSystemFonts():
+            if path not in cached:
+                try:
+                    fm.addfont(path)
+                except Exception:  # noqa: BLE001 - an unreadable font file is just not a fallback
+                    pass
+        known = {f.name for f in fm.ttflist}
+    return [name for name in FALLBACK_FONTS if name in known]
+
+
+def style() -> None:
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": 150, "savefig.bbox": "tight", "pdf.fonttype": 42, "text.usetex": False,
+                         "font.family": ["sans-serif", *fallback_fonts()]})
+
+
+def save(fig, outputs) -> None:
+    for out in outputs:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        # No timestamps in the files: a rebuild from the same stats gives the same bytes.
+        meta = {"CreationDate": None} if str(out).endswith(".pdf") else {"Software": None}
+        fig.savefig(out, metadata=meta)
+    plt.close(fig)
+
+
+def _measured_arms(stats: list[dict]) -> pd.DataFrame:
+    rows = []
+    for s in stats:
+        for scope in ("valid", "all"):
+            for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
+                if a:
+                    rows.append({**s["cell"], "arm": arm, "scope": scope, "status": s["status"], **{k: a[k] for k in ("median_ms", "ci_low_ms", "ci_high_ms", "r_floor", "b_peak_Bps")}})
+    return pd.DataFrame(rows)
+
+
+def _best_scope(df: pd.DataFrame) -> pd.DataFrame:
+    """Valid sessions where a cell has any, else all sessions (drawn as flagged)."""
+    if df.empty:
+        return df
+    df = df.sort_values("scope", key=lambda s: s.map({"valid": 0, "all": 1}))
+    return df.groupby(["gpu", "model", "ctx", "attn", "quant", "mode", "arm"], as_index=False).first()
+
+
+def ladder(stats_files, reference: list[dict], gpus: dict, headline_model: str, headline_ctx: int, outputs) -> None:
+    """R_floor against datasheet bandwidth: the paper's inverted ladder, measured and published."""
+    style()
+    df = _best_scope(_measured_arms(load_stats(stats_files)))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    if not df.empty:
+        df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & (df["mode"] == df["arm"])]
+    for _, r in df.iterrows():
+        flagged = r["scope"] != "valid"
+        ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], marker=MODE_MARKERS.get(r["arm"], "o"), s=45,
+                   color=sns.color_palette()[0 if r["arm"] == "eager" else 1], alpha=0.45 if flagged else 1.0,
+                   label=literal(f"measured, {r['arm']}" + (" (flagged)" if flagged else "")))
+    for f in reference:
+        if f["quantity"] == "r_floor" and f.get("gpu") in gpus:
+            ax.scatter(gpus[f["gpu"]]["b_peak_Bps"] / 1e9, f["value"], marker=MODE_MARKERS.get(f.get("mode") or "eager", "o"),
+                       s=45, facecolors="none", edgecolors="black", label=literal(f"published, {f.get('mode') or 'mode unstated'}"))
+    shown = sorted((g["b_peak_Bps"] / 1e9, g["display_name"]) for key, g in gpus.items() if key != "cpu")
+    ax.set_xscale("log")
+    ax.set_xticks([bw for bw, _ in shown], [literal(f"{name}\n{bw:.0f}") for bw, name in shown], fontsize=7, rotation=30, ha="right")
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("datasheet peak memory bandwidth (GB/s)")
+    ax.set_ylabel(r"$R_\mathrm{floor} = t_\mathrm{floor} / t_\mathrm{obs}$")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(literal(f"{headline_model}, ctx {headline_ctx}, batch 1"), fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper right")
+    save(fig, outputs)
+
+
+def context(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """ms/step against context length, one panel per GPU, one line per model and mode."""
+    style()
+    df = _best_scope(_measured_arms(load_stats(stats_files)))
+    gpu_keys = list(dict.fromkeys(df["gpu"])) if not df.empty else []
+    fig, axes = plt.subplots(1, max(1, len(gpu_keys)), figsize=(4.2 * max(1, len(gpu_keys)), 3.4), squeeze=False)
+    if df.empty:
+        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+    palette = dict(zip(models, sns.color_palette(n_colors=len(models))))
+    for ax, gpu in zip(axes[0], gpu_keys):
+        sub = df[(df["gpu"] == gpu) & (df["mode"] == df["arm"])]
+        for (model, arm), g in sub.groupby(["model", "arm"]):
+            g = g.sort_values("ctx")
+            ax.errorbar(g["ctx"], g["median_ms"], yerr=[g["median_ms"] - g["ci_low_ms"], g["ci_high_ms"] - g["median_ms"]],
+                        marker=MODE_MARKERS.get(arm, "o"), ls="-" if arm == "graphed" else "--", color=palette.get(model),
+                        label=literal(f"{models[model]['display_name']}, {arm}"), ms=4, capsize=2)
+            flagged = g[g["scope"] != "valid"]
+            ax.scatter(flagged["ctx"], flagged["median_ms"], marker="x", color="black", s=18, zorder=5,
+                       label="flagged invalid" if len(flagged) else None)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(df["ctx"].unique()), [str(c) for c in sorted(df["ctx"].unique())])
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_title(literal(gpus[gpu]["display_name"]), fontsize=9)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("ms/step (median, 95 % CI)")
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=6)
+    save(fig, outputs)
+
+
+def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
+    """A/B speedups with their intervals: measured (valid and all sessions) and published."""
+    style()
+    rows = []
+    for s in load_stats(stats_files):
+        for scope in SCOPES:
+            sp = (s.get(scope) or {}).get("speedup")
+            if sp and sp.get("estimate") is not None:
+                ci = sp.get("bca") or sp.get("percentile")
+                rows.append({"label": literal(f"{gpus[s['cell']['gpu']]['display_name']}\nmeasured, {SCOPE_LABEL[scope]} (n={sp['n_sessions']})"),
+                             "x": sp["estimate"], "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "published": False})
+    for f in reference:
+        if f["quantity"] == "speedup" and str(f.get("mode") or "").startswith("ab-") and f.get("gpu") in gpus:
+            lo = next((g["value"] for g in reference if g["quantity"] == "speedup_ci_low" and g["gpu"] == f["gpu"]), None)
+            hi = next((g["value"] for g in reference if g["quantity"] == "speedup_ci_high" and g["gpu"] == f["gpu"]), None)
+            rows.append({"label": literal(f"{gpus[f['gpu']]['display_name']}\npublished"), "x": f["value"], "lo": lo, "hi": hi, "published": True})
+    fig, ax = plt.subplots(figsize=(5.5, 0.55 * max(3, len(rows)) + 0.8))
+    for i, r in enumerate(rows):
+        if r["lo"] is not None:
+            ax.plot([r["lo"], r["hi"]], [i, i], color="black", lw=1.2)
+        ax.scatter(r["x"], i, s=40, marker="o", facecolors="none" if r["published"] else sns.color_palette()[1], edgecolors="black")
+    ax.set_yticks(range(len(rows)), [r["label"] for r in rows], fontsize=7)
+    ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("speedup of CUDA graphs over eager (95 % CI; hollow = published)")
+    if not rows:
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    save(fig, outputs)
+
+
+def host(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """Per block of steps: its median step time against the host core's speed beside it (the CPU
+    probe, ns per iteration). A launch-bound arm (eager) climbs as the core slows; a GPU-bound arm
+    (graphed) stays flat. One panel per A/B cell whose sessions carry the probe."""
+    style()
+    cells = [s for s in load_stats(stats_files) if s.get("host_blocks")]
+    fig, axes = plt.subplots(1, max(1, len(cells)), figsize=(4.6 * max(1, len(cells)), 3.4), squeeze=False)
+    for ax, s in zip(axes[0], cells):
+        df = pd.DataFrame(s["host_blocks"])
+        sns.scatterplot(data=df, x="probe_ns_per_iter", y="median_ms", hue="arm", style="arm", markers=MODE_MARKERS, ax=ax, s=22, alpha=0.8)
+        rule = s.get("host_nominal_rule")
+        if rule:
+            ax.axvline(rule["limit_ns_per_iter"], color="0.5", lw=0.8, ls="--",
+                       label=f"host-nominal limit ({rule['factor']} x the fast tail)")
+        c = s["cell"]
+        ax.set_title(literal(f"{gpus[c['gpu']]['display_name']}, {models[c['model']]['display_name']}, ctx {c['ctx']}"), fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        probe = "around each step, block median" if df["probe"].iloc[0].startswith("step") else "before the block"
+        ax.set_xlabel(f"host CPU probe, ns/iteration ({probe}; higher = slower core)")
+        ax.set_ylabel("block median ms/step")
+        ax.legend(fontsize=6)
+    if not cells:
+        axes[0][0].text(0.5, 0.5, "no sessions with the host CPU probe", ha="center", va="center", transform=axes[0][0].transAxes)
+    save(fig, outputs)

@@ -1,0 +1,268 @@
+"""Provenance: from any number in report/paper_tables.tex to the raw sessions behind it.
+
+Every rendered number is \\dgnum{KEY}{text}. report/provenance.json maps KEY to the table, the
+quantity, the cell, the statistics file, the raw session files with their sha256, the environment
+and code version each ran under, and the rule chain that turned them into the number.
+
+    python -m decodegap.analysis.provenance keys [--grep TEXT]      list keys
+    python -m decodegap.analysis.provenance lineage KEY [--recompute]
+                                   print a number's lineage; --recompute re-reads the raw files and
+                                   recomputes the number from their samples
+    python -m decodegap.analysis.provenance check                   re-hash every file under results/raw/ against the
+                                   manifest results/raw.sha256 (and the report's raw files against
+                                   report/provenance.json); exit 1 if any was added, changed or lost
+    python -m decodegap.analysis.provenance code [RAW_DIR ...]      which commits each session's measurement
+                                   sources equal, from their hashes (audits the commit a record names)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from decodegap.core import paths
+from decodegap.core.sources import sha256_file
+from decodegap.core.config import REPO_ROOT
+
+SCHEMA = "decodegap.provenance/1"
+DEFAULT = paths.PROVENANCE
+ANALYSIS_GLOBS = ("scripts/decodegap/*.py", "scripts/decodegap/core/*.py", "scripts/decodegap/analysis/*.py",
+                  "scripts/decodegap/analysis/templates/*.j2", "scripts/rules/*.py", "Snakefile",
+                  "workflow/rules/*.smk", "workflow/schemas/*", "config/*.yaml", "config/reference/*.yaml")
+
+
+def analysis_code(root: Path = REPO_ROOT) -> dict:
+    files = sorted({p for g in ANALYSIS_GLOBS for p in root.glob(g) if p.is_file()})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.relative_to(root)}\0{sha256_file(p)}\n".encode())
+    commit = None
+    if (root / ".git").exists():
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=20).stdout.strip() or None
+        except OSError:
+            commit = None
+    return {"commit": commit, "sources_sha256": h.hexdigest(), "n_files": len(files)}
+
+
+def rule_chain(table: str) -> list[str]:
+    stage = "table_matrix" if table.startswith("matrix_") else f"table_{table}"
+    return [
+        f"measure: python -m decodegap.measure (one fresh process per session) -> {paths.RAW_SESSION}",
+        f"cell: decodegap.analysis.aggregate -> {paths.CELL_SESSIONS}, then decodegap.analysis.stats -> {paths.CELL_STATS}",
+        f"{stage}: decodegap.analysis.tables -> {paths.table_tex(table)}",
+        f"paper_tables: decodegap.analysis.tables.paper_tables -> {paths.PAPER_TABLES}",
+    ]
+
+
+def _contributing(stats: dict, entry: dict) -> list[int]:
+    scope = stats.get(entry["scope"]) or {}
+    if entry.get("arm") and entry["arm"] in (scope.get("arms") or {}):
+        return scope["arms"][entry["arm"]]["sessions"]
+    if scope.get("speedup"):
+        return scope["speedup"]["sessions"]
+    arms = [a for a in (scope.get("arms") or {}).values() if a]
+    return sorted({s for a in arms for s in a["sessions"]})
+
+
+def build(number_files, out: str | Path) -> dict:
+    numbers, stats_cache = {}, {}
+    for nf in number_files:
+        with open(nf) as f:
+            for key, entry in json.load(f).items():
+                sf = entry["stats_file"]
+                if sf not in stats_cache:
+                    with open(sf) as fh:
+                        stats_cache[sf] = json.load(fh)
+                stats = stats_cache[sf]
+                used = set(_contributing(stats, entry))
+                raw = [
+                    {"path": s["raw_path"], "sha256": s["raw_sha256"], "session": s["session"], "status": s["status"],
+                     "environment": {k: s[k] for k in ("gpu_name", "driver", "torch", "transformers")},
+                     "code": {"commit": s["code_commit"], "dirty": s["code_dirty"]}, "started_utc": s["started_utc"]}
+                    for s in stats["sessions"] if s["session"] in used
+                ]
+                numbers[key] = {**entry, "raw_files": raw, "stats_config": stats["config"], "time_source": stats["time_source"],
+                                "rule_chain": rule_chain(entry["table"])}
+    doc = {"schema": SCHEMA, "analysis_code": analysis_code(), "numbers": dict(sorted(numbers.items()))}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def load(path: str | Path = DEFAULT) -> dict:
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") != SCHEMA:
+        raise SystemExit(f"{path}: not a decodegap provenance file")
+    return doc
+
+
+def extract(stats: dict, entry: dict) -> float | None:
+    """The quantity an entry names, read from a (re)computed cell statistics record."""
+    scope = stats[entry["scope"]]
+    q = entry["quantity"]
+    if q == "ratio_to_published":
+        value = extract(stats, {**entry, "quantity": entry["reproduces"]})
+        return None if value is None else value / entry["published_value"]
+    arm = entry.get("arm") or (stats["arms"][0] if len(stats["arms"]) == 1 else None)
+    per_arm = {
+        "ms_per_step": "median_ms", "ms_per_step_ci_low": "ci_low_ms", "ms_per_step_ci_high": "ci_high_ms",
+        "r_floor": "r_floor", "tokens_per_s": "tokens_per_s",
+    }
+    if q in per_arm and arm:
+        return scope["arms"][arm][per_arm[q]]
+    sp = scope.get("speedup") or {}
+    if q == "speedup":
+        return sp.get("estimate")
+    if q == "n_sessions":
+        return sp.get("n_sessions")
+    for name, field in (("speedup_percentile", "percentile"), ("speedup_bca", "bca"), ("speedup_ci", "percentile")):
+        for i, bound in enumerate(("low", "high")):
+            if q == f"{name}_{bound}":
+                return (sp.get(field) or [None, None])[i]
+    raise KeyError(f"no rule to recompute quantity {q!r}")
+
+
+def recompute(entry: dict) -> tuple[float | None, str]:
+    """Re-read the cell's raw files and recompute the number with the recorded settings."""
+    from decodegap.analysis.aggregate import aggregate
+    from decodegap.analysis.latex import fmt
+    from decodegap.analysis.stats import StatsConfig, cell_stats, frames
+
+    with open(entry["stats_file"]) as f:
+        stats = json.load(f)
+    files = [s["raw_path"] for s in stats["sessions"]]
+    sessions, steps = aggregate(files, float(stats["gpu_spec"]["b_peak_Bps"]))
+    cfg = StatsConfig(**stats["config"], time_source=stats["time_source"])
+    fresh = cell_stats(*frames(sessions, steps), stats["cell"], stats["gpu_spec"], cfg)
+    value = extract(fresh, entry)
+    return value, fmt(value, entry["digits"])
+
+
+def lineage(doc: dict, key: str, do_recompute: bool = False) -> int:
+    entry = doc["numbers"].get(key)
+    if entry is None:
+        close = [k for k in doc["numbers"] if key in k][:10]
+        print(f"unknown key {key!r}" + ("; keys containing it:\n  " + "\n  ".join(close) if close else ""), file=sys.stderr)
+        return 2
+    c = entry["cell"]
+    print(f"{key}\n  value {entry['text']} ({entry['quantity']}, scope {entry['scope']}" + (f", arm {entry['arm']}" if entry.get("arm") else "") + ")")
+    print(f"  table {entry['table']}  cell gpu={c['gpu']} model={c['model']} ctx={c['ctx']} attn={c['attn']} quant={c['quant']} mode={c['mode']}")
+    print(f"  statistics {entry['stats_file']}  ({entry['stats_config']}, time source {entry['time_source']})")
+    print("  rule chain:")
+    for step in entry["rule_chain"]:
+        print(f"    {step}")
+    print(f"  raw sessions ({len(entry['raw_files'])}):")
+    bad = 0
+    for r in entry["raw_files"]:
+        now = sha256_file(r["path"]) if Path(r["path"]).exists() else None
+        ok = "ok" if now == r["sha256"] else ("MISSING" if now is None else "CHANGED")
+        bad += ok != "ok"
+        env, code = r["environment"], r["code"]
+        print(f"    {r['path']}  sha256 {r['sha256'][:16]}... {ok}  [{r['status']}] {env['gpu_name']}, driver {env['driver']}, "
+              f"torch {env['torch']}, transformers {env['transformers']}, code {code['commit']}{' (dirty)' if code['dirty'] else ''}")
+    print(f"  analysis code {doc['analysis_code']['commit']} (sources {doc['analysis_code']['sources_sha256'][:16]}...)")
+    if do_recompute:
+        value, text = recompute(entry)
+        same = text == entry["text"]
+        print(f"  recomputed from the raw samples: {text} -> {'reproduces' if same else 'DIFFERS FROM'} {entry['text']}")
+        bad += not same
+    return 1 if bad else 0
+
+
+def check(doc: dict | None, root: str | Path = ".") -> int:
+    """Every file under results/raw/ against the committed manifest (added, changed, missing), then
+    every raw file behind a rendered number against the hash the report recorded."""
+    from decodegap.core import manifest
+    from decodegap.core.errors import DecodegapError
+
+    bad = []
+    try:
+        audit = manifest.audit(root)
+    except DecodegapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    listed = manifest.manifest_path(root)
+    if not listed.exists():
+        bad.append(f"no manifest: {listed} (the commands that add sessions write it)")
+    bad += [f"added (not in {paths.MANIFEST}): {p}" for p in audit.added]
+    bad += [f"changed (sha256 differs from {paths.MANIFEST}): {p}" for p in audit.changed]
+    bad += [f"missing (listed in {paths.MANIFEST}): {p}" for p in audit.missing]
+    print(f"checked {audit.checked} files under {paths.RAW_ROOT}/ against {paths.MANIFEST}: "
+          + ("all as recorded" if audit.ok else f"{len(audit.added)} added, {len(audit.changed)} changed, {len(audit.missing)} missing"))
+    if doc is not None:
+        files = {r["path"]: r["sha256"] for e in doc["numbers"].values() for r in e["raw_files"]}
+        n_bad = len(bad)
+        for path, sha in sorted(files.items()):
+            full = Path(root) / path
+            if not full.exists():
+                bad.append(f"missing: {path} (behind a number of the report)")
+            elif sha256_file(full) != sha:
+                bad.append(f"changed: {path} (the report used sha256 {sha[:16]}..., now {sha256_file(full)[:16]}...)")
+        print(f"checked {len(files)} raw files behind {len(doc['numbers'])} numbers of the report: "
+              + ("all unchanged" if len(bad) == n_bad else f"{len(bad) - n_bad} changed or missing"))
+    for line in bad:
+        print(line, file=sys.stderr)
+    return 1 if bad else 0
+
+
+def code(raw_dirs: list[str]) -> int:
+    """Group sessions by their measurement sources' hash and name the commits with exactly those
+    sources. Exit 1 when a group matches no commit in the history (code that was never committed)."""
+    from decodegap.core.sources import matching_commits
+    from decodegap.core.record import read_session
+
+    groups: dict[str, dict] = {}
+    for d in raw_dirs:
+        for path in sorted(Path(d).rglob("s*.json")):
+            c = read_session(path)["code"]
+            g = groups.setdefault(c["sources_sha256"], {"files": c["files"], "claimed": set(), "n": 0})
+            g["claimed"].add(f"{c['commit'] or 'none'}{' (dirty)' if c['dirty'] else ''} [{c['commit_origin']}]")
+            g["n"] += 1
+    unmatched = 0
+    for sha, g in groups.items():
+        found = matching_commits(g["files"])
+        if found is None:
+            print("no git history here: cannot match sources to commits", file=sys.stderr)
+            return 2
+        unmatched += not found
+        first = ", ".join(f[:10] for f in found[-1:]) + (f" (+{len(found) - 1} later commits with the same sources)" if len(found) > 1 else "")
+        print(f"sources {sha[:16]}...  {g['n']} sessions; record says {', '.join(sorted(g['claimed']))}; "
+              f"sources first committed in: {first if found else 'NO COMMIT'}")
+    return 1 if unmatched else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m decodegap.analysis.provenance", description=__doc__.split("\n\n")[0])
+    p.add_argument("--provenance", default=DEFAULT)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    k = sub.add_parser("keys", help="list the keys of every rendered number")
+    k.add_argument("--grep", default="")
+    ln = sub.add_parser("lineage", help="print where a number came from")
+    ln.add_argument("key")
+    ln.add_argument("--recompute", action="store_true", help="recompute it from the raw samples")
+    sub.add_parser("check", help="re-hash every raw file against the manifest (and the report's); exit 1 if any was added, changed or lost")
+    cd = sub.add_parser("code", help="match each session's measurement sources to the commits that hold them")
+    cd.add_argument("raw_dirs", nargs="*", default=["results/raw"])
+    args = p.parse_args(argv)
+    if args.cmd == "code":
+        return code(args.raw_dirs)
+    if args.cmd == "check":
+        return check(load(args.provenance) if Path(args.provenance).exists() else None)
+    doc = load(args.provenance)
+    if args.cmd == "keys":
+        for key, e in doc["numbers"].items():
+            if args.grep in key:
+                print(f"{key}\t{e['text']}")
+        return 0
+    if args.cmd == "lineage":
+        return lineage(doc, args.key, args.recompute)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

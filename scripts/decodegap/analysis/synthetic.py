@@ -1,0 +1,95 @@
+"""Synthetic session records for tests and benchmarks of the analysis half. Never measurements:
+each carries environment.synthetic = true, gpu name "synthetic", and code commit "synthetic", so no
+table or lineage can mistake one for a real session.
+
+    python -m decodegap.analysis.synthetic --root /tmp/store --cells 50 --sessions 10 --steps 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import numpy as np
+
+from decodegap.core import manifest, paths
+from decodegap.core.config import load_gpus, load_models
+from decodegap.core.floor import MemoryFloor, kv_bytes
+from decodegap.core.cells import arms_of
+from decodegap.core.record import build_record, floor_record, write_session
+from decodegap.core.protocol import Protocol
+
+
+def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, base_ms: float = 10.0,
+           spread: float = 0.01, reasons: list[str] | None = None) -> dict:
+    card = load_models()[cell["model"]]
+    gpu = load_gpus()[cell["gpu"]]
+    w = card.param_count() * 2
+    w_noemb = w - (0 if card.tied_embeddings else card.embedding_params() * 2)
+    floor = MemoryFloor(w, w_noemb, kv_bytes(card.kv_bytes_per_token(), cell["ctx"]), gpu.b_peak_Bps, 0.85 * gpu.b_peak_Bps)
+    arms_modes = arms_of(cell["mode"])
+    # a protocol the synthetic samples satisfy, so that a record without reasons is valid by its own data
+    protocol = Protocol(timed_steps=n_steps, ab_blocks=max(1, n_steps // 16), ab_block_steps=16, min_samples=min(n_steps, 64), min_duration_s=0.0)
+    arms = []
+    for i, mode in enumerate(arms_modes):
+        level = base_ms * (1.0 if mode == "graphed" else 1.3) * (1 + 0.02 * rng.standard_normal())
+        host = (level * (1 + spread * rng.standard_normal(n_steps))).clip(min=0.001)
+        device = host * 0.99
+        probe_ms = lambda n: (protocol.step_probe_iterations * 33e-6 * (1 + 0.02 * rng.random(n))).tolist()  # noqa: E731
+        timed = {"host_ms": host.tolist(), "device_ms": device.tolist(), "host_cpu_ms": host.tolist(),
+                 "cpu_probe_before_ms": probe_ms(n_steps), "cpu_probe_after_ms": probe_ms(n_steps),
+                 "tokens": rng.integers(0, 100, n_steps).tolist()}
+        timed["block"] = [i + 2 * (j // 16) for j in range(n_steps)] if len(arms_modes) == 2 else [j // 16 for j in range(n_steps)]
+        arms.append({
+            "mode": mode, "prefill": {"host_ms": 100.0, "device_ms": 99.0}, "prepare_steps": 0,
+            "warmup": {"host_ms": host[:4].tolist(), "device_ms": device[:4].tolist(), "tokens": [1, 2, 3, 4]},
+            "timed": timed, "final_position": cell["ctx"] + n_steps, "expected_position": cell["ctx"] + n_steps,
+        })
+    return build_record(
+        cell=cell, session=session, seed=session, reasons=list(reasons or []), warnings=[], protocol=protocol,
+        arms=arms, block_order=[],
+        cpu_probe={"iterations": 20000, "ms_before_block": [0.66] * (1 + max(b for a in arms for b in a["timed"]["block"]))},
+        floor=floor_record(floor, card.kv_bytes_per_token(), card.param_count()), card=card, gpu=gpu,
+        environment={
+            "synthetic": True, "python": "synthetic", "cpu_model": "synthetic", "libraries": {"torch": "synthetic", "transformers": "synthetic"},
+            "device_type": "synthetic", "gpu": {"name": "synthetic", "driver": "synthetic"},
+            "gpu_start": None, "gpu_before_timed": None, "gpu_end": None, "gpu_processes": [],
+        },
+        code={"commit": "synthetic", "dirty": False, "commit_origin": "synthetic", "sources_sha256": "0" * 64, "files": {}},
+        time={"started_utc": "2026-01-01T00:00:00+00:00", "finished_utc": "2026-01-01T00:00:01+00:00", "duration_s": 1.0, "phases_s": {}},
+        error=None,
+    )
+
+
+def write_store(root, cells: list[dict], sessions: int, n_steps: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for cell in cells:
+        base = 5.0 + cell["ctx"] / 1024
+        for s in range(sessions):
+            path = paths.session_path(root=root, session=s, **cell)
+            write_session(record(cell, s, n_steps, rng, base_ms=base), path)
+            out.append(path.as_posix())
+    manifest.add(out, root)  # like every command that adds sessions
+    return out
+
+
+def benchmark_cells(n_cells: int, gpus=("h200", "h100-sxm5", "a100-80gb-sxm4", "l40s", "l4")) -> list[dict]:
+    models = ("qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b")
+    combos = itertools.product(gpus, models, (2048, 4096, 8192, 16384), ("eager", "graphed"))
+    return [dict(gpu=g, model=m, ctx=c, attn="sdpa", quant="bf16", mode=md) for g, m, c, md in itertools.islice(combos, n_cells)]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m decodegap.analysis.synthetic", description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", required=True)
+    p.add_argument("--cells", type=int, default=50)
+    p.add_argument("--sessions", type=int, default=10)
+    p.add_argument("--steps", type=int, default=256)
+    args = p.parse_args(argv)
+    files = write_store(args.root, benchmark_cells(args.cells), args.sessions, args.steps)
+    print(f"{len(files)} synthetic sessions under {args.root}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""LaTeX tables (booktabs, via jinja2) from per-cell statistics. Each table writes its .tex and a
+sidecar JSON of every number it rendered (key -> value, cell, stats file) for the provenance stage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from markupsafe import Markup
+
+from decodegap.analysis.latex import NumberLog, environment, escape, fmt
+from decodegap.analysis.latex import path as latex_path
+from decodegap.analysis.reference import COMPARABLE, reproduced
+
+NOT_MEASURED = "not measured"
+
+
+def load_stats(files) -> list[dict]:
+    out = []
+    for f in files:
+        with open(f) as fh:
+            s = json.load(fh)
+        s["_file"] = Path(f).as_posix()
+        out.append(s)
+    return out
+
+
+def _cell_id(cell: dict) -> str:
+    return f"{cell['gpu']}/{cell['model']}/ctx{cell['ctx']}/{cell['attn']}_{cell['quant']}_{cell['mode']}"
+
+
+def _marks():
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    i = 0
+    while True:
+        yield letters[i % 26] * (1 + i // 26)
+        i += 1
+
+
+def _write(tex: str, out_tex, log: NumberLog, out_numbers) -> None:
+    Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_tex).write_text(tex)
+    Path(out_numbers).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_numbers).write_text(json.dumps(log.entries, indent=1, sort_keys=True) + "\n")
+
+
+def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, models: dict, out_tex, out_numbers) -> None:
+    """Rows model x ctx, column groups per mode; every configured cell appears, unmeasured ones as such."""
+    stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
+    log = NumberLog(f"matrix_{gpu_key}")
+    modes = list(dict.fromkeys(c["mode"] for c in plan_cells))
+    notes, marks = [], _marks()
+    rows = []
+    n_valid = 0
+    row_keys = list(dict.fromkeys((c["model"], c["ctx"], c["attn"], c["quant"]) for c in plan_cells))
+    for model, ctx, attn, quant in row_keys:
+        cells = []
+        for mode in modes:
+            cid = _cell_id({"gpu": gpu_key, "model": model, "ctx": ctx, "attn": attn, "quant": quant, "mode": mode})
+            s = stats.get(cid)
+            if s is None or s["status"] == "not measured" or not s.get("all"):
+                cells.append({"ms": NOT_MEASURED, "r": "", "tps": ""})
+                continue
+            scope = "valid" if s["status"] == "valid" else "all"
+            a = s[scope]["arms"][mode]
+            meta = {"cell": s["cell"], "arm": mode, "scope": scope, "stats_file": s["_file"]}
+            ms = log.num(f"ms_per_step/{cid}/{scope}", a["median_ms"], 2, quantity="ms_per_step", **meta)
+            lo = log.num(f"ms_per_step_ci_low/{cid}/{scope}", a["ci_low_ms"], 2, quantity="ms_per_step_ci_low", **meta)
+            hi = log.num(f"ms_per_step_ci_high/{cid}/{scope}", a["ci_high_ms"], 2, quantity="ms_per_step_ci_high", **meta)
+            r = log.num(f"r_floor/{cid}/{scope}", a["r_floor"], 3, quantity="r_floor", **meta)
+            tps = log.num(f"tokens_per_s/{cid}/{scope}", a["tokens_per_s"], 1, quantity="tokens_per_s", **meta)
+            if scope == "valid":
+                n_valid += 1
+                sup = ""
+                if s["invalid_reasons"]:  # some sessions were excluded: say which and why
+                    mark = next(marks)
+                    notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: "
+                                  f"{s['n_valid']} of {s['n_sessions']} sessions valid; excluded " + "; ".join(s["invalid_reasons"])})
+                    sup = Markup(rf"\textsuperscript{{{mark}}}")
+                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]{sup}"), "r": r, "tps": tps})
+            else:
+                mark = next(marks)
+                notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: " + "; ".join(s["invalid_reasons"])})
+                sup = Markup(rf"\textsuperscript{{{mark}}}")
+                cells.append({"ms": Markup(f"({ms}){sup}"), "r": Markup(f"({r})"), "tps": Markup(f"({tps})")})
+        rows.append({"model": models[model]["display_name"], "ctx": ctx, "cells": cells})
+    b_peak = Markup(rf"{gpu['b_peak_Bps'] / 1e9:.0f}\,GB/s")
+    tex = environment().get_template("matrix.tex.j2").render(
+        gpu_name=gpu["display_name"], gpu_key=gpu_key, modes=modes, rows=rows, notes=notes,
+        n_valid=n_valid, n_cells=len(row_keys) * len(modes), b_peak=b_peak,
+    )
+    _write(tex, out_tex, log, out_numbers)
+
+
+def _ci_text(log, quantity: str, cid: str, ci, meta) -> Markup | str:
+    """'[low, high]' for a speedup interval; quantity is speedup_percentile or speedup_bca."""
+    if not ci:
+        return "--"
+    scope = meta["scope"]
+    lo = log.num(f"{quantity}_low/{cid}/{scope}", ci[0], 3, quantity=f"{quantity}_low", **meta)
+    hi = log.num(f"{quantity}_high/{cid}/{scope}", ci[1], 3, quantity=f"{quantity}_high", **meta)
+    return Markup(f"[{lo}, {hi}]")
+
+
+SCOPES = ("valid", "all", "host_nominal")  # stats.py's scopes, in the order the tables list them
+SCOPE_LABEL = {"valid": "valid", "all": "all", "host_nominal": "host-nominal"}
+
+
+def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    stats = load_stats(stats_files)
+    log = NumberLog("ab")
+    rows = []
+    for s in stats:
+        cid = _cell_id(s["cell"])
+        arms = s["arms"]
+        for scope in SCOPES:
+            sc = s.get(scope) or {}
+            sp = sc.get("speedup")
+            if not sp:
+                continue
+            meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
+            a, b = sc["arms"][arms[0]], sc["arms"][arms[1]]
+            rows.append({
+                "gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
+                "ctx": s["cell"]["ctx"], "arms": f"{arms[0]} / {arms[1]}", "scope": SCOPE_LABEL[scope],
+                "n": log.num(f"n_sessions/{cid}/{scope}", sp["n_sessions"], 0, quantity="n_sessions", **meta),
+                "a": log.num(f"ms_per_step/{cid}/{arms[0]}/{scope}", a["median_ms"], 2, quantity="ms_per_step", arm=arms[0], **meta),
+                "b": log.num(f"ms_per_step/{cid}/{arms[1]}/{scope}", b["median_ms"], 2, quantity="ms_per_step", arm=arms[1], **meta),
+                "speedup": log.num(f"speedup/{cid}/{scope}", sp["estimate"], 3, quantity="speedup", **meta),
+                "pct": _ci_text(log, "speedup_percentile", cid, sp.get("percentile"), meta),
+                "bca": _ci_text(log, "speedup_bca", cid, sp.get("bca"), meta),
+            })
+    published = []
+    for f in reference:
+        if f["quantity"] != "speedup" or f.get("mode") is None or not str(f["mode"]).startswith("ab-"):
+            continue
+        low = next((g for g in reference if g["quantity"] == "speedup_ci_low" and g["gpu"] == f["gpu"] and g.get("mode") == f["mode"]), None)
+        high = next((g for g in reference if g["quantity"] == "speedup_ci_high" and g["gpu"] == f["gpu"] and g.get("mode") == f["mode"]), None)
+        n = next((g for g in reference if g["quantity"] == "n_sessions" and g["gpu"] == f["gpu"] and g.get("mode") == f["mode"]), None)
+        ours, _, note = reproduced(f, stats)
+        published.append({
+            "gpu": gpus.get(f["gpu"], {}).get("display_name", f["gpu"]),
+            "model": models.get(f["model"], {}).get("display_name", f["model"]) if f.get("model") else "unstated",
+            "ctx": f.get("ctx") or "unstated", "arms": " / ".join(str(f["mode"])[3:].split("-")), "what": "published", "n": n["value"] if n else "--",
+            "speedup": fmt(f["value"], 3),
+            "pct": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
+            "ratio": fmt(ours / f["value"], 3) if ours is not None else note,
+        })
+    from decodegap.analysis.stats import StatsConfig
+
+    factor = next((s["config"]["host_nominal_factor"] for s in stats if "host_nominal_factor" in s.get("config", {})), StatsConfig.host_nominal_factor)
+    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published, host_nominal_factor=factor)
+    _write(tex, out_tex, log, out_numbers)
+
+
+QUANTITY_LABEL = {
+    "r_floor": Markup(r"$R_\mathrm{floor}$"), "ms_per_step": "ms/step", "speedup": "speedup",
+    "speedup_ci_low": "speedup CI low", "speedup_ci_high": "speedup CI high", "n_sessions": "sessions",
+}
+
+
+def published_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    stats = load_stats(stats_files)
+    log = NumberLog("published")
+    rows = []
+    for f in reference:
+        if f["quantity"] not in COMPARABLE or f.get("gpu") is None:
+            continue
+        ours, s, note = reproduced(f, stats)
+        digits = 0 if f["quantity"] == "n_sessions" else 3 if f["quantity"] != "ms_per_step" else 2
+        if ours is not None:
+            meta = {"cell": s["cell"], "scope": "valid", "stats_file": s["_file"], "published_key": f["key"], "published_value": f["value"]}
+            rep = log.num(f"{f['key']}/reproduced", ours, digits, quantity=f["quantity"], **meta)
+            ratio = log.num(f"{f['key']}/ratio", ours / f["value"], 3, quantity="ratio_to_published", reproduces=f["quantity"], **meta)
+        else:
+            rep, ratio = note, "--"
+        rows.append({
+            "quantity": QUANTITY_LABEL.get(f["quantity"], f["quantity"]),
+            "gpu": gpus.get(f["gpu"], {}).get("display_name", f["gpu"]),
+            "model": models.get(f["model"], {}).get("display_name", f["model"]) if f.get("model") else "--",
+            "ctx": f.get("ctx") or "--", "quant": f.get("quant") or "--", "mode": f.get("mode") or "--",
+            "published": Markup(r"$\approx$") + escape(f["value"]) if f.get("approx") else f["value"],
+            "reproduced": rep, "ratio": ratio,
+        })
+    tex = environment().get_template("published.tex.j2").render(rows=rows)
+    _write(tex, out_tex, log, out_numbers)
+
+
+def paper_tables(table_files, figures: list[dict], out_tex) -> None:
+    """report/paper_tables.tex: \\input of every table, then every figure; paths relative to report/."""
+    from decodegap.analysis.latex import PREAMBLE_MACROS
+
+    def rel(p):  # paths relative to report/, where the including document is compiled
+        p = Path(p)
+        return latex_path(p.relative_to("report").as_posix() if p.parts[0] == "report" else p.as_posix())
+
+    tables = [rel(t) for t in table_files]
+    figs = [{**f, "path": rel(f["path"])} for f in figures]
+    tex = environment().get_template("paper_tables.tex.j2").render(macros=Markup(PREAMBLE_MACROS), tables=tables, figures=figs)
+    Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_tex).write_text(tex)

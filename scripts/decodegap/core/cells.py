@@ -1,0 +1,226 @@
+"""What the Snakefile needs, importable and tested: the decode modes, the validated config, the
+cells it names, which sessions each wants, and every target (paths from decodegap.core.paths).
+workflow/rules/common.smk is a thin layer over this module.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from decodegap.core import paths
+from decodegap.core.config import GPUS_YAML, MODELS_YAML, REPO_ROOT, load_gpus, load_models, load_yaml
+from decodegap.core.errors import ConfigError, RawFileError
+
+CONFIG_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def schema_with_keys(gpu_keys, model_keys) -> dict:
+    """The config schema with the gpu/model enums replaced by the keys the tables really hold."""
+    schema = copy.deepcopy(load_yaml(CONFIG_SCHEMA))
+    schema["$defs"]["gpu_key"]["enum"] = sorted(gpu_keys)
+    schema["$defs"]["model_key"]["enum"] = sorted(model_keys)
+    return schema
+
+
+def _fill_defaults(schema: dict, node: dict) -> None:
+    for key, sub in schema.get("properties", {}).items():
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        if isinstance(node.get(key), dict) and sub.get("type") == "object":
+            _fill_defaults(sub, node[key])
+
+
+def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) -> dict:
+    """Check `config` against the schema; fill defaults; raise ConfigError naming the key."""
+    import jsonschema
+
+    raw_gpus = load_yaml(gpus_yaml) or {}
+    overrides = config.get("gpus") or {}
+    models = load_models(models_yaml)
+    schema = schema_with_keys(set(raw_gpus) | set(overrides), set(models))
+    config = copy.deepcopy(config)
+    # `--config measure=true` (and a profile's `config:` list) arrives as a string
+    if isinstance(config.get("measure"), str) and config["measure"].lower() in ("true", "false", "1", "0", "yes", "no"):
+        config["measure"] = config["measure"].lower() in ("true", "1", "yes")
+    _fill_defaults(schema, config)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:8]:
+            where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+            if e.validator == "additionalProperties":
+                lines.append(f"{where}: {e.message} (allowed: {', '.join(sorted(e.schema.get('properties', {})))})")
+            elif e.validator == "enum":
+                lines.append(f"{where}: {e.instance!r} is not one of {', '.join(map(str, e.validator_value))}")
+            else:
+                lines.append(f"{where}: {e.message}")
+        raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(lines))
+    load_gpus(gpus_yaml, overrides)  # field checks on the merged GPU table
+    return config
+
+
+FIGURES = ("ladder", "context", "ab", "host")
+# The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
+MODE_NAMES = ("eager", "static", "graphed")
+
+
+def arms_of(mode: str) -> list[str]:
+    """The decode modes a session measures: one, or two for an A/B mode `ab-<arm>-<arm>`."""
+    if mode in MODE_NAMES:
+        return [mode]
+    if mode.startswith("ab-"):
+        arms = mode[3:].split("-")
+        if len(arms) == 2 and all(a in MODE_NAMES for a in arms) and arms[0] != arms[1]:
+            return arms
+    known = ", ".join(list(MODE_NAMES) + [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b])
+    raise ConfigError(f"unknown mode '{mode}' (known: {known})")
+
+
+@dataclass(frozen=True)
+class Cell:
+    gpu: str
+    model: str
+    ctx: int
+    attn: str
+    quant: str
+    mode: str
+
+    @property
+    def keys(self) -> dict:
+        return {"gpu": self.gpu, "model": self.model, "ctx": self.ctx, "attn": self.attn, "quant": self.quant, "mode": self.mode}
+
+    @property
+    def dir(self) -> str:
+        return paths.CELL.format(**self.keys)
+
+    def raw_path(self, session: int) -> str:
+        return paths.session_path(session=session, **self.keys).as_posix()
+
+    @property
+    def stats(self) -> str:
+        return paths.CELL_STATS.format(**self.keys)
+
+    @property
+    def sessions_parquet(self) -> str:
+        return paths.CELL_SESSIONS.format(**self.keys)
+
+    @property
+    def steps_parquet(self) -> str:
+        return paths.CELL_STEPS.format(**self.keys)
+
+
+class Plan:
+    """The cells a config names, which sessions each wants, and every target path."""
+
+    def __init__(self, config: dict, root: str | Path = ".", gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML):
+        self.config = validate_config(config, gpus_yaml, models_yaml)
+        self.root = Path(root)
+        self.gpus = load_gpus(gpus_yaml, self.config.get("gpus"))
+        self.models = load_models(models_yaml)
+        m = self.config["matrix"]
+        self.matrix = [
+            Cell(g, mo, c, a, q, md)
+            for g in m["gpus"] for mo in m["models"] for c in m["ctx"] for a in m["attn"] for q in m["quant"] for md in m["modes"]
+        ]
+        self.ab = {}
+        for exp in self.config["ab"]:
+            for g in exp["gpus"]:
+                self.ab[Cell(g, exp["model"], exp["ctx"], exp["attn"], exp["quant"], exp["mode"])] = exp
+        self._existing: dict[Cell, list[str]] | None = None
+        self.wanted = {c: m["sessions"] for c in self.matrix}
+        for c, exp in self.ab.items():
+            self.wanted[c] = max(self.wanted.get(c, 0), exp["sessions"])
+        self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
+
+    @property
+    def measure(self) -> bool:
+        return bool(self.config["measure"])
+
+    def existing_sessions(self, cell: Cell) -> list[str]:
+        """The cell's recorded session files (paths relative to the working directory)."""
+        if self._existing is None:
+            self._existing = {c: self._scan(c) for c in self.cells()}
+        return self._existing[cell] if cell in self._existing else self._scan(cell)
+
+    def _scan(self, cell: Cell) -> list[str]:
+        """Session files of one cell folder. A file named like a session but not canonically (s1.json,
+        s001.json) would count a session twice or under a name no tool expects: it stops the run,
+        naming the file and the canonical one of the same session."""
+        folder = self.root / paths.session_path(session=0, **cell.keys).parent
+        if not folder.is_dir():
+            return []
+        found = []
+        for p in sorted(folder.glob("s*.json")):
+            if paths.parse_session_path(p):
+                found.append(p.relative_to(self.root).as_posix())
+                continue
+            digits = p.stem[1:]
+            if digits.isdigit():
+                twin = folder / paths.canonical_name(int(digits))
+                also = f"; {twin.relative_to(self.root).as_posix()} is the file of session {int(digits)}" if twin.exists() else ""
+                raise RawFileError(f"{p.relative_to(self.root).as_posix()}: not a canonical session file name "
+                                   f"(sessions are named s00.json, s01.json, ..., s100.json){also}. Remove the stray copy "
+                                   "or give it its canonical name; nothing was read")
+        return found
+
+    def raw_files(self, cell: Cell) -> list[str]:
+        """The recorded sessions a cell's analysis reads. Never an output of any rule."""
+        return self.existing_sessions(cell)
+
+    def missing_sessions(self, cell: Cell) -> list[int]:
+        """Wanted sessions not recorded yet: measurement jobs when measuring, else none (never a job
+        for a GPU we lack)."""
+        if not self.measure:
+            return []
+        recorded = {paths.parse_session_path(p)["session"] for p in self.existing_sessions(cell)}
+        return [s for s in range(self.wanted.get(cell, 0)) if s not in recorded]
+
+    def receipts(self, cell: Cell) -> list[str]:
+        """The measure rule's outputs for a cell: one receipt per missing session."""
+        return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
+
+    def cells(self) -> list[Cell]:
+        return list(dict.fromkeys(self.matrix + list(self.ab)))
+
+    def analysed(self, cells=None) -> list[Cell]:
+        """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
+        return [c for c in (cells if cells is not None else self.cells()) if self.raw_files(c) or self.missing_sessions(c)]
+
+    def cell_from_wildcards(self, w) -> Cell:
+        return Cell(w.gpu, w.model, int(w.ctx), w.attn, w.quant, w.mode)
+
+    # --- report targets ------------------------------------------------------------------
+    def matrix_gpus(self) -> list[str]:
+        """GPUs with a matrix table: those with any measured (or, when measuring, wanted) cell."""
+        return [g for g in self.config["matrix"]["gpus"] if any(c.gpu == g for c in self.analysed(self.matrix))]
+
+    def matrix_stats(self, gpu: str | None = None) -> list[str]:
+        return [c.stats for c in self.analysed(self.matrix) if gpu is None or c.gpu == gpu]
+
+    def headline_stats(self) -> list[str]:
+        """The ladder's cells: every GPU and mode at the headline model and context."""
+        r = self.config["report"]
+        return [c.stats for c in self.analysed(self.matrix) if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]]
+
+    def ab_stats(self) -> list[str]:
+        return [c.stats for c in self.analysed(list(self.ab))]
+
+    def tables(self) -> dict[str, str]:
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "published"]
+        return {name: paths.table_tex(name) for name in names}
+
+    def figures(self) -> dict[str, list[str]]:
+        return {name: paths.figure(name) for name in FIGURES}
+
+    def final_targets(self) -> list[str]:
+        return [paths.PAPER_TABLES, paths.PROVENANCE, paths.ALL_SESSIONS, paths.ALL_STEPS]
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,197 @@
+"""Load config/gpus.yaml and config/models.yaml, checked, with errors that name the key and file.
+A model card's analytic shapes (parameter count, KV bytes per token) need no torch: both wings use them."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from decodegap.core.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]  # scripts/decodegap/core/config.py
+GPUS_YAML = REPO_ROOT / "config" / "gpus.yaml"
+MODELS_YAML = REPO_ROOT / "config" / "models.yaml"
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def lookup(table: Mapping[str, Any], key: str, what: str, source: str | Path) -> Any:
+    """table[key], or a ConfigError that lists the known keys and the closest match."""
+    if key in table:
+        return table[key]
+    close = difflib.get_close_matches(key, list(table), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise ConfigError(f"unknown {what} '{key}' in {source} (known: {', '.join(sorted(table))}){hint}")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    display_name: str
+    b_peak_Bps: float
+    device: str = "cuda"
+    device_name_match: str | None = None
+    memory_bytes: int | None = None
+    compute_capability: str | None = None
+    price_usd_per_hour: float | None = None
+    price_source: str | None = None
+    price_date: str | None = None
+    bandwidth_source: str | None = None
+    slurm: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, key: str, entry: Mapping[str, Any], source: str | Path) -> "GpuSpec":
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{source}: gpu '{key}' must be a mapping, got {type(entry).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = set(entry) - known
+        if unknown:
+            raise ConfigError(f"{source}: gpu '{key}' has unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
+        for required in ("display_name", "b_peak_Bps"):
+            if entry.get(required) is None:
+                raise ConfigError(f"{source}: gpu '{key}' lacks '{required}'")
+        try:
+            b_peak = float(entry["b_peak_Bps"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: gpu '{key}'.b_peak_Bps must be a number, got {entry['b_peak_Bps']!r}") from None
+        if b_peak <= 0:
+            raise ConfigError(f"{source}: gpu '{key}'.b_peak_Bps must be positive, got {b_peak}")
+        if entry.get("device", "cuda") not in ("cuda", "cpu"):
+            raise ConfigError(f"{source}: gpu '{key}'.device must be 'cuda' or 'cpu', got {entry['device']!r}")
+        fields = {k: v for k, v in entry.items() if v is not None and k != "key"}
+        fields["b_peak_Bps"] = b_peak
+        fields["slurm"] = dict(entry.get("slurm") or {})
+        return cls(key=key, **fields)
+
+
+def load_gpus(path: str | Path = GPUS_YAML, overrides: Mapping[str, Any] | None = None) -> dict[str, GpuSpec]:
+    """GPU table from `path`, each entry updated field by field from `overrides` (a user's config)."""
+    table = load_yaml(path) or {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of gpu keys")
+    merged = {k: dict(v) if isinstance(v, Mapping) else v for k, v in table.items()}
+    for key, entry in (overrides or {}).items():
+        if isinstance(entry, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **entry}
+            if isinstance(entry.get("slurm"), Mapping) and isinstance(table[key].get("slurm"), Mapping):
+                merged[key]["slurm"] = {**table[key]["slurm"], **entry["slurm"]}
+        else:
+            merged[key] = entry
+    return {key: GpuSpec.from_dict(key, entry, path) for key, entry in merged.items()}
+
+
+def load_models(path: str | Path = MODELS_YAML) -> dict[str, "ModelCard"]:
+    table = load_yaml(path) or {}
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of model keys")
+    return {key: ModelCard.from_dict(key, entry, path) for key, entry in table.items()}
+
+
+# Families whose parameter layout the analytic counts below know. Adding one means adding its
+# bias layout to `_attention_bias_params`; everything else is shared by Llama-style GQA decoders.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+REQUIRED_ARCHITECTURE = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+)
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    key: str
+    display_name: str
+    model_type: str
+    architecture: Mapping[str, Any] = field(default_factory=dict)
+    published_params: int | None = None
+    source: str | None = None
+    checkpoint: str | None = None
+
+    @classmethod
+    def from_dict(cls, key: str, entry: Mapping[str, Any], source: str | Path = "models.yaml") -> "ModelCard":
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{source}: model '{key}' must be a mapping")
+        known = {"display_name", "model_type", "architecture", "published_params", "source", "checkpoint"}
+        unknown = set(entry) - known
+        if unknown:
+            raise ConfigError(f"{source}: model '{key}' has unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
+        model_type = entry.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"{source}: model '{key}'.model_type is {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        arch = entry.get("architecture") or {}
+        missing = [k for k in REQUIRED_ARCHITECTURE if k not in arch]
+        if missing:
+            raise ConfigError(f"{source}: model '{key}'.architecture lacks {missing}")
+        for k in REQUIRED_ARCHITECTURE[:-1]:
+            if not isinstance(arch[k], int) or arch[k] <= 0:
+                raise ConfigError(f"{source}: model '{key}'.architecture.{k} must be a positive integer, got {arch[k]!r}")
+        if arch["num_attention_heads"] % arch["num_key_value_heads"]:
+            raise ConfigError(f"{source}: model '{key}': num_attention_heads must be a multiple of num_key_value_heads")
+        return cls(
+            key=key,
+            display_name=entry.get("display_name") or key,
+            model_type=model_type,
+            architecture=dict(arch),
+            published_params=entry.get("published_params"),
+            source=entry.get("source"),
+            checkpoint=entry.get("checkpoint"),
+        )
+
+    # --- analytic shapes (no torch needed) -------------------------------------------------
+    @property
+    def tied_embeddings(self) -> bool:
+        return bool(self.architecture["tie_word_embeddings"])
+
+    def embedding_params(self) -> int:
+        a = self.architecture
+        return a["vocab_size"] * a["hidden_size"]
+
+    def _attention_bias_params(self) -> int:
+        a = self.architecture
+        q_out = a["num_attention_heads"] * a["head_dim"]
+        kv_out = a["num_key_value_heads"] * a["head_dim"]
+        if self.model_type == "qwen2":  # Qwen2 always biases q, k and v; never o
+            return q_out + 2 * kv_out
+        if a.get("attention_bias", False):  # Llama's switch biases q, k, v and o
+            return q_out + 2 * kv_out + a["hidden_size"]
+        return 0
+
+    def param_count(self) -> int:
+        """Parameters of the model as released, counted from the card's shapes."""
+        a = self.architecture
+        hidden, heads, kv_heads, head_dim = a["hidden_size"], a["num_attention_heads"], a["num_key_value_heads"], a["head_dim"]
+        attention = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+        attention += self._attention_bias_params()
+        mlp = 3 * hidden * a["intermediate_size"] + (
+            2 * a["intermediate_size"] + hidden if a.get("mlp_bias", False) else 0
+        )
+        norms = 2 * hidden
+        per_layer = attention + mlp + norms
+        head = 0 if self.tied_embeddings else self.embedding_params()
+        return self.embedding_params() + a["num_hidden_layers"] * per_layer + hidden + head
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """K and V of one token across all layers, as the KV cache stores them."""
+        a = self.architecture
+        return 2 * a["num_hidden_layers"] * a["num_key_value_heads"] * a["head_dim"] * dtype_bytes

@@ -1,0 +1,146 @@
+"""Decode modes: how one batch-1 decode step reaches the GPU.
+
+Every mode has the same small interface, so the harness times them all alike:
+    prefill(input_ids)  fill the KV cache with the prompt and pick the first token
+    prepare()           mode-specific set-up after prefill (a graph capture); real steps, returned
+                        as a count so the harness labels them as warm-up
+    launch()            enqueue one decode step; it feeds the previous token and leaves the new one
+                        on the device
+    read_token()        copy the new token to the host, as a streaming consumer would (this syncs)
+
+eager    transformers' DynamicCache, one host launch per op: what `generate` does by default.
+static   StaticCache, still one host launch per op: separates the cache's cost from the graph's.
+graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from decodegap.core.cells import MODE_NAMES
+from decodegap.core.errors import CellNotPossible
+
+# torch is imported inside the decoders, so the measure command can check its arguments fast.
+
+
+def cache_kwarg(model) -> str:
+    """transformers renamed `past_key_values` to `cache` (5.2x); pass whichever forward takes."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class EagerDecoder:
+    mode = "eager"
+
+    def __init__(self, model, max_cache_len: int):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.kw = cache_kwarg(model)
+        self.next_token = None
+
+    def _forward(self, input_ids, **extra):
+        out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{self.kw: self.cache}, **extra)
+        return out.logits[:, -1:].argmax(-1)
+
+    def prefill(self, input_ids) -> None:
+        self.next_token = self._forward(input_ids)
+
+    def prepare(self) -> int:
+        return 0
+
+    def launch(self) -> None:
+        self.next_token = self._forward(self.next_token)
+
+    def read_token(self) -> int:
+        return int(self.next_token.item())
+
+
+class StaticDecoder:
+    """StaticCache with fixed input buffers; the step mutates them in place so that it can be
+    captured as a CUDA graph (GraphedDecoder) or launched op by op (this class)."""
+
+    mode = "static"
+
+    def __init__(self, model, max_cache_len: int):
+        import torch
+        from transformers import StaticCache
+
+        self.model = model
+        self.max_cache_len = max_cache_len
+        self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+        self.kw = cache_kwarg(model)
+        device = model.device
+        self.token = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self.position = torch.zeros((1, 1), dtype=torch.long, device=device)
+
+    def prefill(self, input_ids) -> None:
+        import torch
+
+        ctx = input_ids.shape[1]
+        if ctx >= self.max_cache_len:
+            raise ValueError(f"prefill of {ctx} tokens does not fit a static cache of {self.max_cache_len}")
+        positions = torch.arange(ctx, device=input_ids.device).unsqueeze(0)
+        out = self.model(
+            input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=1, **{self.kw: self.cache}
+        )
+        self.token.copy_(out.logits[:, -1:].argmax(-1))
+        self.position.fill_(ctx)
+
+    def _step(self) -> None:
+        # Everything on the device and in place: the new token becomes the next step's input and
+        # the position advances, so a captured graph replays a whole streaming step.
+        out = self.model(
+            input_ids=self.token, position_ids=self.position, use_cache=True, logits_to_keep=1, **{self.kw: self.cache}
+        )
+        self.token.copy_(out.logits[:, -1:].argmax(-1))
+        self.position.add_(1)
+
+    def prepare(self) -> int:
+        return 0
+
+    def launch(self) -> None:
+        self._step()
+
+    def read_token(self) -> int:
+        return int(self.token.item())
+
+
+class GraphedDecoder(StaticDecoder):
+    mode = "graphed"
+    capture_warmup_steps = 3  # eager steps on a side stream before capture, as torch.cuda.graph asks
+
+    def __init__(self, model, max_cache_len: int):
+        if model.device.type != "cuda":
+            raise CellNotPossible(f"mode graphed needs CUDA graphs; device {model.device.type} has none")
+        super().__init__(model, max_cache_len)
+        self.graph = None
+
+    def prepare(self) -> int:
+        import torch
+
+        # The warm-up steps are real decode steps (the cache and position advance), so the state
+        # the graph starts from is simply the state after them.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.capture_warmup_steps):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        torch.cuda.synchronize()
+        return self.capture_warmup_steps
+
+    def launch(self) -> None:
+        self.graph.replay()
+
+
+MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecoder}
+assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
+
+
+def make_decoder(mode: str, model, max_cache_len: int):
+    return MODES[mode](model, max_cache_len)

@@ -1,0 +1,369 @@
+"""Measure one session of one cell in this (fresh) process and write its record.
+
+    python -m decodegap.measure --gpu h200 --model qwen2.5-7b --ctx 2048 --attn sdpa \
+        --quant bf16 --mode graphed --session 3 [--out PATH]
+
+Protocol: build the card's model on the device; prefill ctx random tokens; labelled warm-up steps;
+timed steps, each feeding the previous token and reading the new one back to the host. An A/B mode
+(`ab-eager-graphed`) measures both arms in this one process, alternating blocks ABBA so that drift
+cancels. One progress line per phase goes to stderr.
+
+Exit status: 0 with a valid or an invalid record (expected failures such as out of memory or a
+mode this device cannot run are data); 1 on an unexpected error (traceback, no record); 2 on bad
+input (unknown key, wrong device); 3 when the session file already exists (nothing is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from decodegap.core import paths
+from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpus, load_models, lookup
+from decodegap.core.errors import CellNotPossible, DecodegapError, SessionExists
+from decodegap.core.protocol import Protocol
+
+_T0 = time.perf_counter()
+EXTRA_CACHE_SLOTS = 8
+# What PyTorch's SDPA says when the pinned backend has no kernel for the shape (CUDA, then CPU).
+NO_KERNEL_MESSAGES = ("No available kernel", "No viable backend for scaled_dot_product_attention")  # static cache headroom beyond the steps a session takes
+
+
+def log(msg: str) -> None:
+    print(f"[decodegap {time.perf_counter() - _T0:7.2f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (interpreter start-up and imports included), Linux only."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m decodegap.measure", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu", required=True, help="a key of config/gpus.yaml (the device this process runs on)")
+    p.add_argument("--model", required=True, help="a key of config/models.yaml")
+    p.add_argument("--ctx", required=True, type=int, help="tokens in the KV cache when decode starts")
+    p.add_argument("--attn", default="sdpa", help="attention path (default: sdpa)")
+    p.add_argument("--quant", default="bf16", help="weight path (default: bf16)")
+    p.add_argument("--mode", required=True, help="eager, static, graphed, or an A/B mode such as ab-eager-graphed")
+    p.add_argument("--session", required=True, type=int, help="session index within the cell")
+    p.add_argument("--seed", type=int, default=None, help="seed for weights and prompt (default: the session index)")
+    p.add_argument("--out", default=None, help="record path (default: the path grammar under --root)")
+    p.add_argument("--root", default=".", help="repository root the default --out is relative to")
+    p.add_argument("--receipt", default=None, help="after the record is written, a small JSON naming it and its sha256 here "
+                   "(the workflow's measure rule outputs this receipt, never the session itself)")
+    p.add_argument("--gpus", default=str(GPUS_YAML), help="GPU table (default: config/gpus.yaml)")
+    p.add_argument("--models", default=str(MODELS_YAML), help="model cards (default: config/models.yaml)")
+    p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU's fields, overriding its --gpus entry field by field (the workflow passes the user's merged table)")
+    Protocol.add_arguments(p)
+    args = p.parse_args(argv)
+    if args.ctx < 1:
+        p.error(f"--ctx must be positive, got {args.ctx}")
+    if args.session < 0:
+        p.error(f"--session must be >= 0, got {args.session}")
+    try:
+        args.protocol = Protocol.from_args(args)
+    except ValueError as exc:  # "protocol.max_rel_stdev must be > 0, got -1.0" -> name the flag
+        name = str(exc).split()[0].removeprefix("protocol.")
+        p.error(f"--{name.replace('_', '-')}: {exc}")
+    return args
+
+
+def ab_block_order(arms: list[str], blocks_per_arm: int) -> list[str]:
+    """ABBA ABBA ...: each arm leads as often as it follows, so a linear drift cancels."""
+    if len(arms) == 1:
+        return []
+    pattern = [0, 1, 1, 0]
+    return [arms[pattern[i % 4]] for i in range(2 * blocks_per_arm)]
+
+
+def classify_expected(exc: BaseException) -> tuple[str, str] | None:
+    """(kind, message) for failures that are data, not bugs; None for anything else."""
+    import torch
+
+    if isinstance(exc, CellNotPossible):
+        return "not possible", str(exc)
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "out of memory", str(exc).splitlines()[0]
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in NO_KERNEL_MESSAGES):
+        return "no kernel", "the attention backend has no kernel for this decode step: " + str(exc).splitlines()[0]
+    return None
+
+
+class Session:
+    """One fresh-process session: set-up, per-arm prefill and steps, then the record."""
+
+    def __init__(self, args, gpu, card, protocol: Protocol):
+        self.args, self.gpu, self.card, self.protocol = args, gpu, card, protocol
+        self.device = "cuda" if gpu.device == "cuda" else "cpu"
+        self.phases_s: dict[str, float] = {}
+        self.arms: list[dict] = []
+        self.floor: dict | None = None
+        self.cpu_probe: dict | None = None
+        self.host_before_timed: dict | None = None
+
+    def _phase(self, name: str, t0: float) -> float:
+        dt = time.perf_counter() - t0
+        self.phases_s[name] = self.phases_s.get(name, 0.0) + dt
+        return dt
+
+    def run(self, arm_modes: list[str], attn, weights) -> None:
+        import torch
+
+        from decodegap.measure.bandwidth import copy_bandwidth_Bps
+        from decodegap.measure.cards import build_model
+        from decodegap.measure.environment import host_snapshot
+        from decodegap.core.floor import MemoryFloor, kv_bytes
+        from decodegap.core.record import floor_record
+        from decodegap.measure.modes import make_decoder
+        from decodegap.measure.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms, timed
+
+        args, p, seed = self.args, self.protocol, self.seed
+        t = time.perf_counter()
+        copy_Bps = copy_bandwidth_Bps(self.device)
+        self._phase("bandwidth", t)
+        log(f"bandwidth: device copy {copy_Bps / 1e9:.1f} GB/s (datasheet {self.gpu.b_peak_Bps / 1e9:.0f} GB/s)")
+
+        t = time.perf_counter()
+        model = weights.prepare(build_model(self.card, self.device, attn.attn_implementation, seed))
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        stored = weights.stored(model)
+        floor = MemoryFloor(
+            weight_bytes=stored.weight_bytes,
+            weight_bytes_no_embedding=stored.weight_bytes_no_embedding,
+            kv_bytes=kv_bytes(self.card.kv_bytes_per_token(), args.ctx),
+            b_peak_Bps=self.gpu.b_peak_Bps,
+            copy_bandwidth_Bps=copy_Bps,
+        )
+        self.floor = floor_record(floor, self.card.kv_bytes_per_token(), stored.param_count)
+        log(
+            f"build: {self.card.key} {stored.param_count / 1e9:.3f} B params, W {stored.weight_bytes / 1e9:.2f} GB, "
+            f"K {floor.kv_bytes / 1e9:.3f} GB, t_floor {floor.t_floor_s * 1e3:.3f} ms in {self._phase('build', t):.1f} s"
+        )
+
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        vocab = self.card.architecture["vocab_size"]
+        prompt = torch.randint(0, vocab, (1, args.ctx), generator=gen, device=self.device)
+        single = len(arm_modes) == 1
+        timed_per_arm = p.timed_steps if single else p.ab_blocks * p.ab_block_steps
+        max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + EXTRA_CACHE_SLOTS
+
+        decoders, timers, warm = {}, {}, {}
+        with torch.inference_mode(), attn.context():
+            for mode in arm_modes:
+                t = time.perf_counter()
+                dec = make_decoder(mode, model, max_cache_len)
+                _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
+                self._phase("prefill", t)
+                log(f"prefill [{mode}]: {args.ctx} tokens in {host_ms:.1f} ms")
+                t = time.perf_counter()
+                prepare_steps = dec.prepare()
+                if prepare_steps:
+                    log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s")
+                decoders[mode] = dec
+                timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
+                warm[mode] = StepTimer(self.device, p.warmup_steps)
+                self.arms.append(
+                    {"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps}
+                )
+
+            gc.collect()
+            gc.disable()  # a collection inside the loop would be timed as a slow step
+            try:
+                t = time.perf_counter()
+                for mode in arm_modes:
+                    for _ in range(p.warmup_steps):
+                        warm[mode].step(decoders[mode])
+                log(f"warm-up: {p.warmup_steps} labelled steps per arm in {self._phase('warmup', t):.2f} s")
+                self.gpu_before_timed = self.snapshot()
+                self.host_before_timed = host_snapshot()
+                t = time.perf_counter()
+                # Steps run in blocks (A/B: ABBA arms; plain modes: runs of ab_block_steps). The CPU
+                # probe runs before each block, so every block has a reading of the host core's speed.
+                blocks: dict[str, list[int]] = {m: [] for m in arm_modes}
+                block_steps = max(p.ab_block_steps, 1)
+                order = [arm_modes[0]] * -(-p.timed_steps // block_steps) if single else self.block_order
+                probe_ms = []
+                for block, mode in enumerate(order):
+                    probe_ms.append(cpu_probe_ms())
+                    for _ in range(min(block_steps, timers[mode].capacity - len(timers[mode]))):
+                        timers[mode].step(decoders[mode])
+                        blocks[mode].append(block)
+                self._phase("timed", t)
+                self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
+            finally:
+                gc.enable()
+
+            for arm in self.arms:
+                mode, dec = arm["mode"], decoders[arm["mode"]]
+                arm["warmup"] = warm[mode].samples()
+                arm["timed"] = timers[mode].samples()
+                arm["timed"]["block"] = blocks[mode]
+                arm["expected_position"] = args.ctx + arm["prepare_steps"] + p.warmup_steps + len(timers[mode])
+                arm["final_position"] = final_position(dec)
+                host = sorted(arm["timed"]["host_ms"])
+                median_ms = host[len(host) // 2] if host else float("nan")
+                log(
+                    f"timed [{mode}]: {len(host)} steps, median {median_ms:.3f} ms/step, "
+                    f"R_floor {floor.t_floor_s * 1e3 / median_ms:.3f}"
+                )
+
+    def snapshot(self):
+        from decodegap.measure.environment import gpu_snapshot
+
+        return gpu_snapshot(self.uuid) if self.device == "cuda" else None
+
+
+def final_position(decoder) -> int:
+    """Where the decoder's state says the next token goes: the cache length for eager, the
+    position buffer for static and graphed (a graph that did not advance would show here)."""
+    if hasattr(decoder, "position"):
+        return int(decoder.position.item())
+    return int(decoder.cache.get_seq_length())
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t_main, age_s = time.perf_counter(), process_age_s()
+    t = time.perf_counter()
+    import torch  # timed here: import cost is part of a session's overhead
+    import transformers  # noqa: F401
+
+    import_s = time.perf_counter() - t
+    try:
+        out = Path(args.out) if args.out else paths.session_path(
+            gpu=args.gpu, model=args.model, ctx=args.ctx, attn=args.attn, quant=args.quant,
+            mode=args.mode, session=args.session, root=args.root,
+        )
+        if out.exists():
+            raise SessionExists(f"{out}: session already recorded; sessions are immutable (pick another --session)")
+        overrides = {args.gpu: json.loads(args.gpu_spec)} if args.gpu_spec else None
+        gpus, models = load_gpus(args.gpus, overrides), load_models(args.models)
+        gpu = lookup(gpus, args.gpu, "gpu", args.gpus)
+        card = lookup(models, args.model, "model", args.models)
+        from decodegap.measure.attention import get_attention_path
+        from decodegap.core.cells import arms_of
+        from decodegap.measure.weights import get_weight_path
+
+        attn, weights, arm_modes = get_attention_path(args.attn), get_weight_path(args.quant), arms_of(args.mode)
+    except SessionExists as exc:
+        log(f"refused: {exc}")
+        return 3
+    except json.JSONDecodeError as exc:
+        log(f"error: --gpu-spec is not a JSON object: {exc}")
+        return 2
+    except DecodegapError as exc:
+        log(f"error: {exc}")
+        return 2
+
+    protocol = args.protocol
+    log(f"cell gpu={args.gpu} model={args.model} ctx={args.ctx} attn={args.attn} quant={args.quant} mode={args.mode} session={args.session} -> {out}")
+
+    from decodegap.core.record import build_record
+    from decodegap.measure.codeversion import code_version
+    from decodegap.measure.environment import foreign_processes, gpu_processes, gpu_uuid, host_snapshot, static_environment
+    from decodegap.core.protocol import judge_session
+
+    session = Session(args, gpu, card, protocol)
+    if session.device == "cuda":
+        if not os.environ.get("SLURM_JOB_ID"):  # SLURM gives a job its own GPU; elsewhere, lock one
+            from decodegap.measure.gpulock import acquire
+
+            session.gpu_lock = acquire(log)
+        if not torch.cuda.is_available():
+            log(f"error: gpu '{args.gpu}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host")
+            return 2
+        name = torch.cuda.get_device_name(0)
+        if gpu.device_name_match and gpu.device_name_match.lower() not in name.lower():
+            log(f"error: gpu '{args.gpu}' expects a device named like '{gpu.device_name_match}', this host has '{name}'")
+            return 2
+    session.seed = args.session if args.seed is None else args.seed
+    session.uuid = gpu_uuid(0) if session.device == "cuda" else None
+    session.block_order = ab_block_order(arm_modes, protocol.ab_blocks)
+    session.gpu_before_timed = None
+    env = static_environment(session.device)
+    env["gpu_start"] = session.snapshot()
+    env["host_start"] = host_snapshot()
+    log(f"environment: {env['gpu']['name'] if env['gpu'] else 'cpu'}, torch {torch.__version__}, transformers {env['libraries']['transformers']} (imports {import_s:.1f} s)")
+
+    error = None
+    try:
+        session.run(arm_modes, attn, weights)
+    except Exception as exc:  # noqa: BLE001 - sorted into expected (data) and unexpected (raised)
+        expected = classify_expected(exc)
+        if expected is None:
+            raise
+        error = {"kind": expected[0], "message": expected[1]}
+        log(f"invalid cell ({expected[0]}): {expected[1]}")
+        session.arms = []
+
+    procs = gpu_processes(session.uuid) if session.device == "cuda" else []
+    env["gpu_end"] = session.snapshot()
+    env["host_end"] = host_snapshot()
+    env["gpu_before_timed"] = session.gpu_before_timed
+    env["host_before_timed"] = session.host_before_timed
+    env["gpu_processes"] = procs
+    foreign, proc_warnings = foreign_processes(procs) if session.device == "cuda" else ([], [])
+    throttled = [r for snap in (session.gpu_before_timed, env["gpu_end"]) if snap for r in (snap.get("throttled") or [])]
+
+    if error is None:
+        reasons, warnings = judge_session(session.arms, protocol, foreign, throttled)
+    else:
+        reasons, warnings = [f"{error['kind']}: {error['message']}"], []
+    warnings += proc_warnings
+    finished = time.perf_counter()
+    record = build_record(
+        cell={"gpu": args.gpu, "model": args.model, "ctx": args.ctx, "attn": args.attn, "quant": args.quant, "mode": args.mode},
+        session=args.session, seed=session.seed, reasons=reasons, warnings=warnings, protocol=protocol,
+        arms=session.arms, block_order=session.block_order, cpu_probe=session.cpu_probe, floor=session.floor,
+        card=card, gpu=gpu, environment=env, code=code_version(),
+        time={
+            "started_utc": started_utc,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": (age_s + finished - t_main) if age_s is not None else finished - _T0,
+            "phases_s": {"process_start_to_main": age_s, "imports": import_s, **session.phases_s},
+        },
+        error=error,
+    )
+    outside = record["time"]["duration_s"] - session.phases_s.get("timed", 0.0)
+    record["time"]["phases_s"]["outside_timed_loop"] = outside
+
+    from decodegap.core import manifest
+    from decodegap.core.sources import sha256_file
+    from decodegap.core.record import schema_errors, write_session
+
+    errors = schema_errors(record)
+    if errors:
+        raise RuntimeError("record does not match its schema (a bug): " + "; ".join(errors[:5]))
+    if errors is None:
+        log("schema check skipped: jsonschema not installed here")
+    try:
+        write_session(record, out)
+    except SessionExists as exc:
+        log(f"refused: {exc}")
+        return 3
+    root = manifest.root_of(out)
+    if root is not None:  # a session of a results/raw/ tree: its line in that tree's manifest
+        manifest.add([out], root)
+    if args.receipt:
+        receipt = {"raw_path": out.as_posix(), "sha256": sha256_file(out), "status": record["status"]}
+        Path(args.receipt).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.receipt).write_text(json.dumps(receipt, indent=1) + "\n")
+    log(f"{record['status']}: {out}" + (f" ({'; '.join(reasons)})" if reasons else "") + f"; {outside:.1f} s outside the timed loop")
+    return 0
+
