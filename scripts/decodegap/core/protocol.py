@@ -32,6 +32,7 @@ class Protocol:
     max_rel_stdev: float = _field(0.10, "pyperf: a stdev of this fraction of the mean or more marks the session unstable", exclusive_minimum=0)
     outlier_rel: float = _field(0.50, "pyperf: a min or max this fraction off the mean is a warning", exclusive_minimum=0)
     step_probe_iterations: int = _field(2000, "CPU-speed probe loop run before and after every timed step, outside its timing (0: off)", minimum=0)
+    profile_steps: int = _field(3, "steps per arm run under the profiler after the timed ones, never timed: kernels and GPU busy time per step (0: off)", minimum=0)
 
     def __post_init__(self):
         for f in fields(self):

@@ -114,6 +114,7 @@ class Session:
         self.floor: dict | None = None
         self.cpu_probe: dict | None = None
         self.host_before_timed: dict | None = None
+        self.warnings: list[str] = []  # found while measuring; judged ones are added at the end
 
     def _phase(self, name: str, t0: float) -> float:
         dt = time.perf_counter() - t0
@@ -128,6 +129,7 @@ class Session:
         from decodegap.measure.environment import host_snapshot
         from decodegap.core.floor import MemoryFloor, kv_bytes
         from decodegap.core.record import floor_record
+        from decodegap.measure.anatomy import profile_steps
         from decodegap.measure.modes import make_decoder
         from decodegap.measure.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms, timed
 
@@ -160,7 +162,7 @@ class Session:
         prompt = torch.randint(0, vocab, (1, args.ctx), generator=gen, device=self.device)
         single = len(arm_modes) == 1
         timed_per_arm = p.timed_steps if single else p.ab_blocks * p.ab_block_steps
-        max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + EXTRA_CACHE_SLOTS
+        max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
 
         decoders, timers, warm = {}, {}, {}
         with torch.inference_mode(), attn.context():
@@ -221,6 +223,20 @@ class Session:
                     f"timed [{mode}]: {len(host)} steps, median {median_ms:.3f} ms/step, "
                     f"R_floor {floor.t_floor_s * 1e3 / median_ms:.3f}"
                 )
+
+            if p.profile_steps:  # after the timed steps and their positions: never in the samples
+                t = time.perf_counter()
+                for arm in self.arms:
+                    try:
+                        arm["anatomy"] = profile_steps(decoders[arm["mode"]], p.profile_steps, self.device)
+                    except Exception as exc:  # noqa: BLE001 - an untimed extra: its failure is recorded, the session stands
+                        arm["anatomy"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+                        self.warnings.append(f"profiler pass failed for {arm['mode']}: {arm['anatomy']['error']}")
+                        continue
+                    a = arm["anatomy"]
+                    busy = f", GPU busy {a['gpu_busy_ms_per_step']:.3f} ms" if a["gpu_busy_ms_per_step"] is not None else ""
+                    log(f"profile [{arm['mode']}]: {a['kernels_per_step']:.0f} kernels/step{busy}")
+                self._phase("profile", t)
 
     def snapshot(self):
         from decodegap.measure.environment import gpu_snapshot
@@ -325,7 +341,7 @@ def main(argv=None) -> int:
         reasons, warnings = judge_session(session.arms, protocol, foreign, throttled)
     else:
         reasons, warnings = [f"{error['kind']}: {error['message']}"], []
-    warnings += proc_warnings
+    warnings += proc_warnings + session.warnings
     finished = time.perf_counter()
     record = build_record(
         cell={"gpu": args.gpu, "model": args.model, "ctx": args.ctx, "attn": args.attn, "quant": args.quant, "mode": args.mode},

@@ -1,0 +1,72 @@
+"""The anatomy of a decode step, from an untimed profiler pass at the end of a session.
+
+After the timed steps (never during them), each arm runs `protocol.profile_steps` more steps under
+torch.profiler. From the trace:
+  kernels_per_step       device kernels launched per step (a graph replay's kernels included:
+                         CUPTI traces graph nodes one by one)
+  gpu_busy_ms_per_step   the union of the kernels' intervals on the device, per step: the time the
+                         GPU spent working, gaps excluded
+  host_ops               the host-side operators with the most CPU time per step (aten level: the
+                         attention dispatch among them), their calls and self/total CPU ms
+  kernels                the device kernels with the most time per step, by name (which attention
+                         kernel ran, for instance)
+The profiler slows the host side, so nothing here is a step time: the timed samples are.
+"""
+
+from __future__ import annotations
+
+TOP = 15  # operators and kernels kept per arm
+
+
+def _busy_ms(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals (us in, ms out)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e3
+
+
+def summarize(events, n_steps: int) -> dict:
+    """The step anatomy from a profiler's FunctionEvents (torch.profiler.profile().events())."""
+    from torch.autograd import DeviceType
+
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    host = [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::")]
+    by_kernel: dict[str, list[float]] = {}
+    for k in kernels:
+        by_kernel.setdefault(k.name, []).append(k.time_range.elapsed_us())
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    for e in host:
+        by_op.setdefault(e.name, []).append((e.cpu_time_total, e.self_cpu_time_total))
+    ops = sorted(by_op.items(), key=lambda kv: -sum(t for t, _ in kv[1]))[:TOP]
+    top_kernels = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))[:TOP]
+    return {
+        "steps": n_steps,
+        "kernels_per_step": len(kernels) / n_steps,
+        "gpu_busy_ms_per_step": _busy_ms([(k.time_range.start, k.time_range.end) for k in kernels]) / n_steps if kernels else None,
+        "host_ops": [{"name": name, "calls_per_step": len(v) / n_steps,
+                      "cpu_total_ms_per_step": sum(t for t, _ in v) / 1e3 / n_steps,
+                      "cpu_self_ms_per_step": sum(s for _, s in v) / 1e3 / n_steps} for name, v in ops],
+        "kernels": [{"name": name[:200], "calls_per_step": len(v) / n_steps, "ms_per_step": sum(v) / 1e3 / n_steps}
+                    for name, v in top_kernels],
+    }
+
+
+def profile_steps(decoder, n_steps: int, device: str) -> dict:
+    """Run n_steps more steps of `decoder` under the profiler and summarize them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(n_steps):
+            decoder.launch()
+            decoder.read_token()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    return summarize(prof.events(), n_steps)
