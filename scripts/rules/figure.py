@@ -11,6 +11,8 @@ def body():
         figures.ladder(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.headline_model, p.headline_ctx, snakemake.output)
     elif p.name == "context":
         figures.context(snakemake.input.stats, p.gpus, p.models, snakemake.output)
+    elif p.name == "anatomy":
+        figures.anatomy(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     elif p.name == "host":
         figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:

@@ -9,6 +9,8 @@ p, out = snakemake.params, snakemake.output
 def body():
     if p.name == "matrix":
         tables.matrix_table(snakemake.wildcards.gpu, snakemake.input.stats, p.cells, p.gpu, p.models, out.tex, out.numbers)
+    elif p.name == "anatomy":
+        tables.anatomy_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "ab":
         tables.ab_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
     else:

@@ -97,3 +97,27 @@ rule figure_host:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/figure.py"
+
+
+rule figure_anatomy:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        report(
+            paths.figure("anatomy")[0],
+            caption="../report/anatomy.rst",
+            category="Figures",
+        ),
+        paths.figure("anatomy")[1],
+    log:
+        paths.log("figures", "anatomy"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="anatomy",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/figure.py"

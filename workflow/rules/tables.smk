@@ -72,3 +72,27 @@ rule table_published:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_anatomy:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        tex=report(
+            paths.table_tex("anatomy"),
+            caption="../report/anatomy_table.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("anatomy"),
+    log:
+        paths.log("tables", "anatomy"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="anatomy",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

@@ -18,6 +18,7 @@ with an error naming the file.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -52,6 +53,11 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("median_device_ms", pa.float64()),
         pa.field("median_host_cpu_ms", pa.float64()),
         pa.field("prefill_host_ms", pa.float64()),
+        # the untimed profiler pass after the timed steps (null before 2026-11-29 or when it failed)
+        pa.field("kernels_per_step", pa.float64()),
+        pa.field("gpu_busy_ms_per_step", pa.float64()),
+        pa.field("host_ops_json", pa.string()),  # top host operators: [{name, calls_per_step, cpu_*_ms_per_step}]
+        pa.field("kernels_json", pa.string()),  # top kernels: [{name, calls_per_step, ms_per_step}]
         pa.field("param_count", pa.int64()),
         pa.field("weight_bytes", pa.int64()),
         pa.field("weight_bytes_no_embedding", pa.int64()),
@@ -111,6 +117,13 @@ def floor_columns(record: dict, b_peak_Bps: float) -> dict:
     return {"b_peak_Bps": b_peak_Bps, "t_floor_s": f.t_floor_s, "t_floor_no_embedding_s": f.t_floor_no_embedding_s, **measured}
 
 
+def anatomy_columns(anatomy: dict | None) -> dict:
+    if not anatomy or "error" in anatomy:
+        return {"kernels_per_step": None, "gpu_busy_ms_per_step": None, "host_ops_json": None, "kernels_json": None}
+    return {"kernels_per_step": anatomy["kernels_per_step"], "gpu_busy_ms_per_step": anatomy["gpu_busy_ms_per_step"],
+            "host_ops_json": json.dumps(anatomy["host_ops"]), "kernels_json": json.dumps(anatomy["kernels"])}
+
+
 def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> tuple[list[dict], list[dict]]:
     cell = {**record["cell"], "session": record["session"]}
     floor = record.get("floor") or {}
@@ -138,7 +151,8 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
     sessions, steps = [], []
     for arm in record["arms"] or [None]:
         if arm is None:
-            sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "median_host_cpu_ms": None, "prefill_host_ms": None, **common})
+            sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "median_host_cpu_ms": None,
+                             "prefill_host_ms": None, **anatomy_columns(None), **common})
             continue
         timed = arm["timed"]
         host, device = timed["host_ms"], timed["device_ms"]
@@ -148,7 +162,7 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
                 **cell, "arm": arm["mode"], "n_steps": len(host), "median_host_ms": _median(host),
                 "median_device_ms": _median(device) if device else None,
                 "median_host_cpu_ms": _median(cpu) if cpu else None,
-                "prefill_host_ms": arm["prefill"]["host_ms"], **common,
+                "prefill_host_ms": arm["prefill"]["host_ms"], **anatomy_columns(arm.get("anatomy")), **common,
             }
         )
         n = len(host)

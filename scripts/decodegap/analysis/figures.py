@@ -213,3 +213,40 @@ def host(stats_files, gpus: dict, models: dict, outputs) -> None:
     if not cells:
         axes[0][0].text(0.5, 0.5, "no sessions with the host CPU probe", ha="center", va="center", transform=axes[0][0].transAxes)
     save(fig, outputs)
+
+
+ANATOMY_PARTS = [("floor_ms", "floor (datasheet)"), ("kernel_inefficiency_ms", "kernel inefficiency"),
+                 ("graph_gaps_ms", "graph gaps"), ("launch_tax_ms", "launch tax"), ("cache_framework_ms", "cache & framework")]
+
+
+def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """Stacked parts of the step (decodegap.analysis.anatomy), one panel per GPU, one bar per model
+    and context. A bar stops where a part was not measured; a tick marks the graphed step."""
+    from decodegap.analysis.anatomy import rows as anatomy_rows
+
+    style()
+    rows = anatomy_rows(load_stats(stats_files))
+    gpu_keys = list(dict.fromkeys(r["gpu"] for r in rows))
+    fig, axes = plt.subplots(1, max(1, len(gpu_keys)), figsize=(max(5.5, 0.45 * len(rows) + 2), 3.8), squeeze=False)
+    colors = sns.color_palette(n_colors=len(ANATOMY_PARTS))
+    for ax, gpu in zip(axes[0], gpu_keys):
+        mine = [r for r in rows if r["gpu"] == gpu]
+        for i, r in enumerate(mine):
+            bottom = 0.0
+            for (part, label), color in zip(ANATOMY_PARTS, colors):
+                value = r[part]
+                if value is None:
+                    break
+                ax.bar(i, value, bottom=bottom, color=color, label=label, width=0.7)
+                bottom += value
+            if r["graphed_ms"] is not None:
+                ax.plot([i - 0.4, i + 0.4], [r["graphed_ms"]] * 2, color="black", lw=1, label="graphed step")
+        ax.set_xticks(range(len(mine)), [f"{literal(models[r['model']]['display_name'])}\nctx {r['ctx']}" for r in mine], fontsize=6, rotation=45, ha="right")
+        ax.set_ylabel("ms per step")
+        ax.set_title(literal(gpus[gpu]["display_name"]), fontsize=9)
+        handles, labels = ax.get_legend_handles_labels()
+        uniq = dict(zip(labels, handles))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=6)
+    if not rows:
+        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+    save(fig, outputs)

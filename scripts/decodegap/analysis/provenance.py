@@ -69,23 +69,32 @@ def _contributing(stats: dict, entry: dict) -> list[int]:
     return sorted({s for a in arms for s in a["sessions"]})
 
 
+def _raw_files(stats: dict, entry: dict) -> list[dict]:
+    used = set(_contributing(stats, entry))
+    return [
+        {"path": s["raw_path"], "sha256": s["raw_sha256"], "session": s["session"], "status": s["status"],
+         "environment": {k: s[k] for k in ("gpu_name", "driver", "torch", "transformers")},
+         "code": {"commit": s["code_commit"], "dirty": s["code_dirty"]}, "started_utc": s["started_utc"]}
+        for s in stats["sessions"] if s["session"] in used
+    ]
+
+
 def build(number_files, out: str | Path) -> dict:
     numbers, stats_cache = {}, {}
+
+    def stats_of(path):
+        if path not in stats_cache:
+            with open(path) as fh:
+                stats_cache[path] = json.load(fh)
+        return stats_cache[path]
+
     for nf in number_files:
         with open(nf) as f:
             for key, entry in json.load(f).items():
-                sf = entry["stats_file"]
-                if sf not in stats_cache:
-                    with open(sf) as fh:
-                        stats_cache[sf] = json.load(fh)
-                stats = stats_cache[sf]
-                used = set(_contributing(stats, entry))
-                raw = [
-                    {"path": s["raw_path"], "sha256": s["raw_sha256"], "session": s["session"], "status": s["status"],
-                     "environment": {k: s[k] for k in ("gpu_name", "driver", "torch", "transformers")},
-                     "code": {"commit": s["code_commit"], "dirty": s["code_dirty"]}, "started_utc": s["started_utc"]}
-                    for s in stats["sessions"] if s["session"] in used
-                ]
+                stats = stats_of(entry["stats_file"])
+                # a number derived from several cells (the anatomy's parts) rests on all their sessions
+                sources = [(stats_of(i["stats_file"]), {**entry, **i}) for i in entry["inputs"].values()] if entry.get("inputs") else [(stats, entry)]
+                raw = list({r["path"]: r for st, e in sources for r in _raw_files(st, e)}.values())
                 numbers[key] = {**entry, "raw_files": raw, "stats_config": stats["config"], "time_source": stats["time_source"],
                                 "rule_chain": rule_chain(entry["table"])}
     doc = {"schema": SCHEMA, "analysis_code": analysis_code(), "numbers": dict(sorted(numbers.items()))}
@@ -128,19 +137,32 @@ def extract(stats: dict, entry: dict) -> float | None:
     raise KeyError(f"no rule to recompute quantity {q!r}")
 
 
-def recompute(entry: dict) -> tuple[float | None, str]:
-    """Re-read the cell's raw files and recompute the number with the recorded settings."""
+def recompute_stats(stats_file: str) -> dict:
+    """A cell's statistics recomputed from its raw files with the settings it recorded."""
     from decodegap.analysis.aggregate import aggregate
-    from decodegap.analysis.latex import fmt
     from decodegap.analysis.stats import StatsConfig, cell_stats, frames
 
-    with open(entry["stats_file"]) as f:
+    with open(stats_file) as f:
         stats = json.load(f)
     files = [s["raw_path"] for s in stats["sessions"]]
     sessions, steps = aggregate(files, float(stats["gpu_spec"]["b_peak_Bps"]))
     cfg = StatsConfig(**stats["config"], time_source=stats["time_source"])
-    fresh = cell_stats(*frames(sessions, steps), stats["cell"], stats["gpu_spec"], cfg)
-    value = extract(fresh, entry)
+    return {**cell_stats(*frames(sessions, steps), stats["cell"], stats["gpu_spec"], cfg), "_file": stats_file}
+
+
+def recompute(entry: dict) -> tuple[float | None, str]:
+    """Re-read the cell's raw files (every input cell's, for a derived number) and recompute it."""
+    from decodegap.analysis.latex import fmt
+
+    if entry["quantity"].startswith("anatomy:"):
+        from decodegap.analysis import anatomy
+
+        fresh = [recompute_stats(f) for f in sorted({i["stats_file"] for i in entry["inputs"].values()})]
+        group = anatomy.group_key(entry["cell"])
+        row = next(r for r in anatomy.rows(fresh) if (r["gpu"], r["model"], r["ctx"], r["attn"], r["quant"]) == group)
+        value = row[entry["quantity"].split(":", 1)[1]]
+    else:
+        value = extract(recompute_stats(entry["stats_file"]), entry)
     return value, fmt(value, entry["digits"])
 
 

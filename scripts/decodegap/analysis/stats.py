@@ -190,6 +190,7 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         r_floor_ci=[t_floor_ms / out["ci_high_ms"], t_floor_ms / out["ci_low_ms"]],
         r_floor_no_embedding=t_floor_noemb_ms / out["median_ms"],
         r_ceiling=floor.t_ceiling_s * 1e3 / out["median_ms"] if floor.t_ceiling_s else None,
+        t_ceiling_ms=floor.t_ceiling_s * 1e3 if floor.t_ceiling_s else None,
         copy_bandwidth_Bps=copy_Bps,
         b_peak_Bps=b_peak,
         weight_bytes=int(w),
@@ -198,8 +199,33 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         tokens_per_s=1e3 / out["median_ms"],
         cost_usd_per_mtok=price * out["median_ms"] / 3.6 if price else None,
         sessions=sorted(int(s) for s in sel["session"].unique()),
+        anatomy=arm_anatomy(sessions[sessions["arm"] == arm]),
     )
     return out
+
+
+def arm_anatomy(rows: pd.DataFrame, top: int = 8) -> dict | None:
+    """The profiler pass of an arm over its sessions: medians of kernels and GPU busy time per step,
+    and the host operators with the most CPU time per step (median over sessions that list them)."""
+    import json
+
+    if "kernels_per_step" not in rows:
+        return None
+    rows = rows[rows["kernels_per_step"].notna()]
+    if rows.empty:
+        return None
+    ops: dict[str, list[dict]] = {}
+    for text in rows["host_ops_json"].dropna():
+        for op in json.loads(text):
+            ops.setdefault(op["name"], []).append(op)
+    host_ops = sorted(
+        ({"name": name, "calls_per_step": float(np.median([o["calls_per_step"] for o in v])),
+          "cpu_total_ms_per_step": float(np.median([o["cpu_total_ms_per_step"] for o in v])),
+          "cpu_self_ms_per_step": float(np.median([o["cpu_self_ms_per_step"] for o in v]))} for name, v in ops.items()),
+        key=lambda o: -o["cpu_total_ms_per_step"])[:top]
+    busy = rows["gpu_busy_ms_per_step"].dropna()
+    return {"n_sessions": int(rows["session"].nunique()), "kernels_per_step": float(rows["kernels_per_step"].median()),
+            "gpu_busy_ms_per_step": float(busy.median()) if len(busy) else None, "host_ops": host_ops}
 
 
 def _session_list(sessions: pd.DataFrame) -> list[dict]:

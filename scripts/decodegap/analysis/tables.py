@@ -187,6 +187,34 @@ def published_table(stats_files, reference: list[dict], gpus: dict, models: dict
     _write(tex, out_tex, log, out_numbers)
 
 
+ANATOMY_NUMBERS = ("eager_ms", "static_ms", "graphed_ms", "floor_ms", "ceiling_ms", "gpu_busy_ms", "kernel_inefficiency_ms",
+                   "graph_gaps_ms", "launch_tax_ms", "cache_framework_ms")
+
+
+def anatomy_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """Where each millisecond of a step goes, per GPU, model and context (decodegap.analysis.anatomy)."""
+    from decodegap.analysis import anatomy
+
+    log = NumberLog("anatomy")
+    rows, flagged = [], []
+    for r in anatomy.rows(load_stats(stats_files)):
+        gid = f"{r['gpu']}/{r['model']}/ctx{r['ctx']}/{r['attn']}_{r['quant']}"
+        inputs = {m: {"stats_file": e["stats_file"], "arm": e["arm"], "scope": e["scope"]} for m, e in r["inputs"].items()}
+        main = r["inputs"].get("graphed") or next(iter(r["inputs"].values()))
+        meta = {"cell": main["cell"], "arm": main["arm"], "scope": main["scope"], "stats_file": main["stats_file"], "inputs": inputs}
+        row = {q: log.num(f"{q}/{gid}", r[q], 2, quantity=f"anatomy:{q}", **meta) for q in ANATOMY_NUMBERS}
+        kernels = r["kernels_per_step"].get("graphed") or r["kernels_per_step"].get("static")
+        row["kernels"] = fmt(kernels, 0)
+        row["attention"] = " / ".join(fmt(r["attention_host_ms"].get(m), 2) for m in ("eager", "static"))
+        row.update(gpu=gpus[r["gpu"]]["display_name"], model=models[r["model"]]["display_name"], ctx=r["ctx"])
+        if r["flagged"]:
+            flagged.append(f"{models[r['model']]['display_name']}, ctx {r['ctx']}: {', '.join(r['flagged'])}")
+        rows.append(row)
+    note = ("From sessions flagged invalid (no valid session): " + "; ".join(flagged) + ".") if flagged else ""
+    tex = environment().get_template("anatomy.tex.j2").render(rows=rows, flagged_note=note)
+    _write(tex, out_tex, log, out_numbers)
+
+
 def paper_tables(table_files, figures: list[dict], out_tex) -> None:
     """report/paper_tables.tex: \\input of every table, then every figure; paths relative to report/."""
     from decodegap.analysis.latex import PREAMBLE_MACROS
