@@ -13,6 +13,8 @@ def body():
         figures.context(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     elif p.name == "anatomy":
         figures.anatomy(snakemake.input.stats, p.gpus, p.models, snakemake.output)
+    elif p.name == "deployment":
+        figures.deployment(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
     elif p.name == "host":
         figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:

@@ -121,3 +121,27 @@ rule figure_anatomy:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/figure.py"
+
+
+rule figure_deployment:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+        reference=REFERENCE,
+    output:
+        report(
+            paths.figure("deployment")[0],
+            caption="../report/deployment.rst",
+            category="Figures",
+        ),
+        paths.figure("deployment")[1],
+    log:
+        paths.log("figures", "deployment"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="deployment",
+        gpus=GPU_TABLE,
+    script:
+        "../../scripts/rules/figure.py"

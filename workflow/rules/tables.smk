@@ -96,3 +96,26 @@ rule table_anatomy:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_cost:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+        reference=REFERENCE,
+    output:
+        tex=report(
+            paths.table_tex("cost"), caption="../report/cost.rst", category="Tables"
+        ),
+        numbers=paths.table_numbers("cost"),
+    log:
+        paths.log("tables", "cost"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="cost",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

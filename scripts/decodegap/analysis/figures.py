@@ -250,3 +250,41 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
     if not rows:
         axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
     save(fig, outputs)
+
+
+def deployment(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
+    """Latency against cost per token, one point per GPU, mode and weight path: measured (filled,
+    valid cells on a priced GPU) and the paper's published step times at the same prices (hollow)."""
+    from decodegap.analysis.stats import cost_per_mtok
+
+    style()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    palette = dict(zip(gpus, sns.color_palette(n_colors=len(gpus))))
+    points = 0
+    for s in load_stats(stats_files):
+        if s["status"] != "valid":
+            continue
+        for arm, a in s["valid"]["arms"].items():
+            if a and a.get("cost_usd_per_mtok"):
+                c = s["cell"]
+                ax.scatter(a["median_ms"], a["cost_usd_per_mtok"], marker=MODE_MARKERS.get(arm, "o"), color=palette[c["gpu"]], s=30,
+                           label=f"{literal(gpus[c['gpu']]['display_name'])}, {arm} ({c['quant']}), measured")
+                points += 1
+    for f in reference:
+        price = gpus.get(f.get("gpu"), {}).get("price_usd_per_hour")
+        if f["quantity"] == "ms_per_step" and price:
+            ax.scatter(f["value"], cost_per_mtok(price, f["value"]), marker=MODE_MARKERS.get(f.get("mode") or "graphed", "o"), s=40,
+                       facecolors="none", edgecolors=palette[f["gpu"]],
+                       label=f"{literal(gpus[f['gpu']]['display_name'])}, {f.get('mode') or 'mode unstated'} ({f.get('quant')}), published")
+            points += 1
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("ms per token (batch 1)")
+    ax.set_ylabel("$ per million tokens".replace("$", r"\$"))
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=5, loc="upper left")
+    if not points:
+        ax.text(0.5, 0.5, "no priced cell", ha="center", va="center", transform=ax.transAxes)
+    save(fig, outputs)

@@ -121,7 +121,7 @@ def extract(stats: dict, entry: dict) -> float | None:
     arm = entry.get("arm") or (stats["arms"][0] if len(stats["arms"]) == 1 else None)
     per_arm = {
         "ms_per_step": "median_ms", "ms_per_step_ci_low": "ci_low_ms", "ms_per_step_ci_high": "ci_high_ms",
-        "r_floor": "r_floor", "tokens_per_s": "tokens_per_s",
+        "r_floor": "r_floor", "tokens_per_s": "tokens_per_s", "cost_usd_per_mtok": "cost_usd_per_mtok",
     }
     if q in per_arm and arm:
         return scope["arms"][arm][per_arm[q]]

@@ -166,6 +166,11 @@ def _time_column(cfg: StatsConfig) -> str:
     return "device_ms" if cfg.time_source == "device" else "host_ms"
 
 
+def cost_per_mtok(price_usd_per_hour: float, ms_per_step: float) -> float:
+    """Dollars per million tokens of one stream: a token every ms_per_step, the GPU rented by the hour."""
+    return price_usd_per_hour * ms_per_step / 3.6
+
+
 def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, cfg: StatsConfig, rng) -> dict | None:
     """ms/step, R_floor, tokens/s and cost for one arm over the given sessions; None without steps."""
     col = _time_column(cfg)
@@ -197,7 +202,7 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         weight_bytes_no_embedding=int(w_noemb),
         kv_bytes=int(k),
         tokens_per_s=1e3 / out["median_ms"],
-        cost_usd_per_mtok=price * out["median_ms"] / 3.6 if price else None,
+        cost_usd_per_mtok=cost_per_mtok(price, out["median_ms"]) if price else None,
         sessions=sorted(int(s) for s in sel["session"].unique()),
         anatomy=arm_anatomy(sessions[sessions["arm"] == arm]),
     )

@@ -65,7 +65,7 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     return config
 
 
-FIGURES = ("ladder", "context", "ab", "host", "anatomy")
+FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed")
 
@@ -212,7 +212,7 @@ class Plan:
         return [c.stats for c in self.analysed(list(self.ab))]
 
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "anatomy", "published"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "anatomy", "cost", "published"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:
