@@ -113,8 +113,8 @@ def test_measuring_never_remeasures_a_recorded_session(built):
     before = raw_hashes(root)
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     config.update(measure=True)
-    config["matrix"]["gpus"] = ["h200"]  # every cell here is recorded: nothing is missing
-    config["ab"][0]["gpus"] = ["h200"]
+    config["matrix"].update(gpus=["h200"], modes=["eager", "graphed"])  # every cell here is recorded: nothing is missing
+    config["ab"] = [dict(config["ab"][0], gpus=["h200"])]  # the 53-session cuda-graphs A/B
     config["protocol"]["timed_steps"] = 64
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     with open(root / "scripts/decodegap/modes.py", "a") as f:
@@ -131,15 +131,16 @@ def test_measure_jobs_output_receipts_for_missing_sessions_only(tmp_path):
     root = clone(tmp_path)
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     config.update(measure=True)
-    config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], sessions=3)  # s02 is missing
+    config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], modes=["eager", "graphed"], sessions=4)  # s03 is missing
     config["ab"] = []
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(root, "-n", "--forceall", "-p", "report/paper_tables.tex")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     measured = sorted(line.split()[-1] for line in out.splitlines() if line.strip().startswith("output: results/receipts/"))
-    assert measured == ["results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s02.json",
-                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json"]
+    assert measured == ["results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s03.json",
+                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json",
+                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s03.json"]
     assert "output: results/raw/" not in out
 
 

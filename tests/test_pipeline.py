@@ -91,9 +91,9 @@ def test_one_new_session_reruns_only_what_depends_on_it(tmp_path):
     write_session(synthetic.record(cell, 2, 48, np.random.default_rng(9)), root / "results/raw/l4/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json")
     jobs = dry_run_jobs(root, "report/paper_tables.tex")
     # that cell, the L4 matrix table, the ladder (l4 is at the headline cell), the context figure,
-    # the published, anatomy and cost tables and figures, the combined tables and the gathering files: nothing else
+    # the published, anatomy, host and cost tables and figures, the combined tables and the gathering files: nothing else
     assert jobs == {"cell": 1, "aggregate_all": 1, "table_matrix": 1, "figure_ladder": 1, "figure_context": 1,
-                    "table_published": 1, "table_anatomy": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1,
+                    "table_published": 1, "table_anatomy": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1,
                     "provenance": 1, "paper_tables": 1}
 
 

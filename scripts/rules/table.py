@@ -11,6 +11,8 @@ def body():
         tables.matrix_table(snakemake.wildcards.gpu, snakemake.input.stats, p.cells, p.gpu, p.models, out.tex, out.numbers)
     elif p.name == "anatomy":
         tables.anatomy_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
+    elif p.name == "host":
+        tables.host_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "cost":
         tables.cost_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "ab":

@@ -119,3 +119,28 @@ rule table_cost:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_host:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+        reference=REFERENCE,
+    output:
+        tex=report(
+            paths.table_tex("host"),
+            caption="../report/host_table.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("host"),
+    log:
+        paths.log("tables", "host"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="host",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

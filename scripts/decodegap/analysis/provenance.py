@@ -125,6 +125,12 @@ def extract(stats: dict, entry: dict) -> float | None:
     }
     if q in per_arm and arm:
         return scope["arms"][arm][per_arm[q]]
+    if q.startswith("host_model:"):
+        return scope["arms"][arm]["host_model"][q.split(":", 1)[1]]
+    if q == "host_speedup_proportional":
+        from decodegap.analysis.hostmodel import proportional_speedup
+
+        return proportional_speedup(scope["arms"][arm]["host_model"], entry["gpu_bound_ms"])
     sp = scope.get("speedup") or {}
     if q == "speedup":
         return sp.get("estimate")

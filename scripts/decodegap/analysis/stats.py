@@ -36,7 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from decodegap.analysis import hostmodel
 from decodegap.core.floor import MemoryFloor
+
+OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,9 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         sessions=sorted(int(s) for s in sel["session"].unique()),
         anatomy=arm_anatomy(sessions[sessions["arm"] == arm]),
     )
+    launches = (out["anatomy"] or {}).get("kernels_per_step")
+    out["host_model"] = hostmodel.fit(sel, launches, col, cfg.n_resamples, cfg.confidence,
+                                      np.random.default_rng([cfg.seed, 1])) if arm in OP_BY_OP else None  # its own stream
     return out
 
 

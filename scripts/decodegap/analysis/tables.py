@@ -259,6 +259,57 @@ def cost_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
     _write(tex, out_tex, log, out_numbers)
 
 
+def host_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """The per-launch host cost model of every op-by-op arm (decodegap.analysis.hostmodel), the core
+    speed at which its step stops being host-bound, and what the paper's H100 eager step implies."""
+    from decodegap.analysis import anatomy, hostmodel
+
+    stats = load_stats(stats_files)
+    graphed = {k: v["graphed"] for k, v in anatomy.estimates(stats).items() if "graphed" in v}
+    log = NumberLog("host")
+    rows, eager_models = [], []
+    for s in stats:
+        for arm, a in ((s.get("all") or {}).get("arms") or {}).items():
+            m = (a or {}).get("host_model")
+            if not m:
+                continue
+            cid = f"{_cell_id(s['cell'])}/{arm}"
+            meta = {"cell": s["cell"], "arm": arm, "scope": "all", "stats_file": s["_file"]}
+
+            def num(field, digits, m=m, cid=cid, meta=meta):
+                return log.num(f"{field}/{cid}", m[field], digits, quantity=f"host_model:{field}", **meta)
+
+            ci = m.get("per_launch_us_nominal_ci")
+            per_launch = Markup(f"{num('per_launch_us_nominal', 1)} [{fmt(ci[0], 1)}, {fmt(ci[1], 1)}]") if ci else num("per_launch_us_nominal", 1)
+            g = graphed.get(anatomy.group_key(s["cell"]))
+            row = {"gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
+                   "ctx": s["cell"]["ctx"], "cell": s["cell"]["mode"], "arm": arm, "n": m["n_sessions"], "launches": fmt(m["launches_per_step"], 0),
+                   "per_launch": per_launch, "slope": num("slope_us_per_probe_ns", 3), "intercept": num("intercept_us", 1),
+                   "gpu_bound": "--", "proportional": "--", "fit": "--"}
+            if g:
+                row["gpu_bound"] = fmt(g["median_ms"], 2)
+                row["proportional"] = log.num(f"host_speedup_proportional/{cid}", hostmodel.proportional_speedup(m, g["median_ms"]), 2,
+                                              quantity="host_speedup_proportional", gpu_bound_ms=g["median_ms"], **meta)
+                row["fit"] = fmt(hostmodel.crossover_speedup(m, g["median_ms"]), 2)
+            rows.append(row)
+            if arm == "eager":
+                eager_models.append((m["n_steps"], s, m))
+    note = ""
+    published = next((f for f in reference if f["quantity"] == "ms_per_step" and f.get("gpu") == "h100-sxm5" and f.get("mode") == "eager"), None)
+    if published and eager_models:
+        _, s, m = max(eager_models, key=lambda t: t[0])
+        prop, fit = hostmodel.proportional_speedup(m, published["value"]), hostmodel.crossover_speedup(m, published["value"])
+        note = (f"The paper's H100 eager step, {fmt(published['value'], 2)} ms, read with the eager fit of "
+                f"{models[s['cell']['model']]['display_name']}, ctx {s['cell']['ctx']} ({fmt(m['launches_per_step'], 0)} launches): "
+                f"{fmt(published['value'] * 1e3 / m['launches_per_step'], 1)} us per launch, a core {fmt(prop, 1)}x faster than this host's "
+                f"at full speed if all of a launch scaled with the core; "
+                + (f"{fmt(fit, 1)}x by the fit." if fit else f"by the fit no core speed gets there (the {fmt(m['intercept_us'], 1)} us per launch "
+                   "that does not scale with the probe exceed the budget).")
+                + " Single cores differ by well under that factor: the paper's eager step must do less host work per launch than this stack's.")
+    tex = environment().get_template("host.tex.j2").render(rows=rows, paper_note=note)
+    _write(tex, out_tex, log, out_numbers)
+
+
 def paper_tables(table_files, figures: list[dict], out_tex) -> None:
     """report/paper_tables.tex: \\input of every table, then every figure; paths relative to report/."""
     from decodegap.analysis.latex import PREAMBLE_MACROS
