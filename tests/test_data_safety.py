@@ -235,3 +235,17 @@ def test_an_interrupted_run_resumes_with_the_same_command(tmp_path):
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert (root / "report/paper_tables.tex").exists()
     assert raw_hashes(root) == before
+
+
+def test_derived_numbers_of_the_bundled_report_recompute_from_their_raw_files(bundled_report):
+    """The numbers that rest on several cells (the anatomy's parts, the step model fitted on every
+    H200 cell, the host model) lead to every raw file behind them and recompute from them."""
+    env_keys = ["anatomy/launch_tax_ms/h200/qwen2.5-7b/ctx2048/sdpa_bf16", "model/h200/coef/c_launch_host",
+                "host/per_launch_us_nominal/h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-static-graphed/static"]
+    for key in env_keys:
+        proc = subprocess.run([sys.executable, "-m", "decodegap.analysis.provenance", "lineage", key, "--recompute"],
+                              cwd=bundled_report, capture_output=True, text=True)
+        assert proc.returncode == 0 and "-> reproduces" in proc.stdout, proc.stdout[-1500:] + proc.stderr[-1500:]
+    doc = json.loads((bundled_report / "report/provenance.json").read_text())["numbers"]
+    model_files = {r["path"] for r in doc["model/h200/coef/c_launch_host"]["raw_files"]}
+    assert len({p.rsplit("/", 1)[0] for p in model_files}) >= 20  # the fit rests on every measured H200 cell

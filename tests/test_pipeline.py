@@ -93,7 +93,7 @@ def test_one_new_session_reruns_only_what_depends_on_it(tmp_path):
     # that cell, the L4 matrix table, the ladder (l4 is at the headline cell), the context figure,
     # the published, anatomy, host and cost tables and figures, the combined tables and the gathering files: nothing else
     assert jobs == {"cell": 1, "aggregate_all": 1, "table_matrix": 1, "figure_ladder": 1, "figure_context": 1,
-                    "table_published": 1, "table_anatomy": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1,
+                    "table_published": 1, "table_anatomy": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1, "table_model": 1,
                     "provenance": 1, "paper_tables": 1}
 
 

@@ -13,6 +13,8 @@ def body():
         tables.anatomy_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "host":
         tables.host_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+    elif p.name == "model":
+        tables.model_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "cost":
         tables.cost_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "ab":

@@ -144,3 +144,25 @@ rule table_host:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_model:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        tex=report(
+            paths.table_tex("model"), caption="../report/model.rst", category="Tables"
+        ),
+        numbers=paths.table_numbers("model"),
+    log:
+        paths.log("tables", "model"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="model",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

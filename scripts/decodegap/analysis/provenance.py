@@ -160,7 +160,12 @@ def recompute(entry: dict) -> tuple[float | None, str]:
     """Re-read the cell's raw files (every input cell's, for a derived number) and recompute it."""
     from decodegap.analysis.latex import fmt
 
-    if entry["quantity"].startswith("anatomy:"):
+    if entry["quantity"].startswith("stepmodel:"):
+        from decodegap.analysis.tables import step_model_numbers
+
+        fresh = [recompute_stats(f) for f in sorted({i["stats_file"] for i in entry["inputs"].values()})]
+        value = step_model_numbers(fresh)[0][entry["quantity"].split(":", 1)[1]] * entry.get("scale", 1.0)
+    elif entry["quantity"].startswith("anatomy:"):
         from decodegap.analysis import anatomy
 
         fresh = [recompute_stats(f) for f in sorted({i["stats_file"] for i in entry["inputs"].values()})]

@@ -310,6 +310,68 @@ def host_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
     _write(tex, out_tex, log, out_numbers)
 
 
+def step_model_numbers(stats_list: list[dict]) -> tuple[dict, dict]:
+    """The step model of one GPU's cells: ({quantity: value}, details for the table). Quantities:
+    coef/<term>, <scheme>/<mode>/{median_abs,max_abs} with scheme in_sample, ctx, model."""
+    from decodegap.analysis import stepmodel
+    from decodegap.core.config import load_models
+
+    obs = stepmodel.collect(stats_list, load_models())
+    model = stepmodel.fit(obs)
+    numbers = {f"coef/{t}": c["value"] for t, c in model["coefficients"].items()}
+    schemes = {"in_sample": stepmodel.summary(stepmodel.in_sample(model, obs))}
+    folds = {g: stepmodel.loo(obs, g) for g in ("ctx", "model")}
+    schemes.update({g: f["summary"] for g, f in folds.items()})
+    for scheme, summ in schemes.items():
+        for mode, v in summ.items():
+            numbers[f"{scheme}/{mode}/median_abs"], numbers[f"{scheme}/{mode}/max_abs"] = v["median_abs"], v["max_abs"]
+    fails = [r for f in folds.values() for r in f["rows"] if abs(r["rel_err"]) > 0.10]
+    return numbers, {"obs": obs, "model": model, "schemes": schemes, "fails": fails}
+
+
+def model_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """The predictive step model per GPU: its coefficients and its in-sample and held-out errors."""
+    stats = load_stats(stats_files)
+    log = NumberLog("model")
+    coefficients, errors, failures = [], [], []
+    for gpu in sorted({s["cell"]["gpu"] for s in stats}):
+        mine = [s for s in stats if s["cell"]["gpu"] == gpu]
+        try:
+            numbers, d = step_model_numbers(mine)
+        except (ValueError, KeyError, IndexError):  # too few cells of this GPU to fit anything
+            continue
+        inputs = {f"{o['model']}/ctx{o['ctx']}/{o['mode']}": {"stats_file": o["stats_file"], "scope": o["scope"], "arm": o["mode"]}
+                  for o in d["obs"]}
+        meta = {"cell": {"gpu": gpu, "model": "*", "ctx": 0, "attn": "*", "quant": "*", "mode": "*"}, "scope": "all",
+                "stats_file": next(iter(inputs.values()))["stats_file"], "inputs": inputs}
+
+        def num(name, value, digits, scale=1.0):  # scale: the unit shown (TB/s, %), which recompute applies too
+            return log.num(f"{gpu}/{name}", value * scale, digits, quantity=f"stepmodel:{name}", scale=scale, **meta)
+
+        display = gpus[gpu]["display_name"]
+        for t, c in d["model"]["coefficients"].items():
+            if c["unit"] == "bytes/s" and c["value"] is not None and c["value"] != float("inf"):
+                value = Markup(num(f'coef/{t}', c['value'], 2, 1e-12) + r'\,TB/s')
+            elif c["value"] is not None and c["value"] != float("inf"):
+                value = Markup(num(f'coef/{t}', c['value'], 2) + r'\,us')
+            else:
+                value = "not fitted"
+            coefficients.append({"gpu": display, "name": t, "value": value, "meaning": c["meaning"]})
+        for mode, v in d["schemes"]["in_sample"].items():
+            row = {"gpu": display, "mode": mode, "n": v["n"]}
+            for scheme, label in (("in_sample", "in"), ("ctx", "ctx"), ("model", "model")):
+                w = d["schemes"][scheme].get(mode)
+                for stat in ("median", "max"):
+                    row[f"{label}_{stat}"] = Markup(num(f'{scheme}/{mode}/{stat}_abs', w[f'{stat}_abs'], 1, 100.0) + r'\,\%') if w else "--"
+            errors.append(row)
+        failures += [f"{display}, {models[r['model']]['display_name']}, ctx {r['ctx']}, {r['mode']} "
+                     f"(held out by {'card' if r['held_out'] == r['model'] else 'context'}: {100 * r['rel_err']:+.1f} %, "
+                     f"{r['n_sessions']} session(s), scope {r['scope']})" for r in d["fails"]]
+    fail_text = "; ".join(failures) + "." if failures else "none."
+    tex = environment().get_template("model.tex.j2").render(coefficients=coefficients, errors=errors, failures=fail_text)
+    _write(tex, out_tex, log, out_numbers)
+
+
 def paper_tables(table_files, figures: list[dict], out_tex) -> None:
     """report/paper_tables.tex: \\input of every table, then every figure; paths relative to report/."""
     from decodegap.analysis.latex import PREAMBLE_MACROS
