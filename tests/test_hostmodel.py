@@ -27,6 +27,8 @@ def test_the_fit_recovers_the_per_launch_cost_with_an_interval_that_covers_it():
     assert m["per_launch_us_nominal"] == pytest.approx(truth, rel=0.01)
     assert lo < m["per_launch_us_nominal"] < hi and 0 < hi - lo < 0.05 * truth
     assert hostmodel.predicted_ms(m, 32.0) == pytest.approx(1500 * (0.25 * 32 + 6.0) / 1e3, rel=0.03)
+    # on a core twice as fast as this one at full speed, only the part that scales halves
+    assert m["host_bound_ms_2x_faster"] == pytest.approx(1500 * (0.25 * m["nominal_probe_ns_per_iter"] / 2 + 6.0) / 1e3, rel=0.03)
 
 
 def test_crossover_by_the_fit_and_proportionally():

@@ -61,13 +61,15 @@ def fit(steps: pd.DataFrame, launches: float, time_col: str, n_resamples: int, c
         return [float(v) for v in np.quantile(values, [alpha, 1 - alpha])] if len(values) >= 20 else None
 
     boot = np.array(boot) if boot else np.empty((0, 2))
-    return {
+    model = {
         "probe": PROBE, "launches_per_step": float(launches), "n_steps": int(len(data)), "n_sessions": len(by_session),
         "slope_us_per_probe_ns": slope, "intercept_us": intercept, "nominal_probe_ns_per_iter": nominal,
         "per_launch_us_nominal": slope * nominal + intercept,
         "slope_ci": interval(boot[:, 0]) if len(boot) else None,
         "per_launch_us_nominal_ci": interval(boot[:, 0] * nominal + boot[:, 1]) if len(boot) else None,
     }
+    model["host_bound_ms_2x_faster"] = predicted_ms(model, nominal / 2)  # the step's host part on a core twice as fast
+    return model
 
 
 def predicted_ms(model: dict, probe_ns_per_iter: float) -> float:

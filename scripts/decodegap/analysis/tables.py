@@ -78,12 +78,12 @@ def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, m
                     notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: "
                                   f"{s['n_valid']} of {s['n_sessions']} sessions valid; excluded " + "; ".join(s["invalid_reasons"])})
                     sup = Markup(rf"\textsuperscript{{{mark}}}")
-                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]{sup}"), "r": r, "tps": tps})
+                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]{sup}{_host_nominal(log, s, mode, cid)}"), "r": r, "tps": tps})
             else:
                 mark = next(marks)
                 notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: " + "; ".join(s["invalid_reasons"])})
                 sup = Markup(rf"\textsuperscript{{{mark}}}")
-                cells.append({"ms": Markup(f"({ms}){sup}"), "r": Markup(f"({r})"), "tps": Markup(f"({tps})")})
+                cells.append({"ms": Markup(f"({ms}){sup}{_host_nominal(log, s, mode, cid)}"), "r": Markup(f"({r})"), "tps": Markup(f"({tps})")})
         rows.append({"model": models[model]["display_name"], "ctx": ctx, "cells": cells})
     b_peak = Markup(rf"{gpu['b_peak_Bps'] / 1e9:.0f}\,GB/s")
     tex = environment().get_template("matrix.tex.j2").render(
@@ -91,6 +91,15 @@ def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, m
         n_valid=n_valid, n_cells=len(row_keys) * len(modes), b_peak=b_peak,
     )
     _write(tex, out_tex, log, out_numbers)
+
+
+def _host_nominal(log: NumberLog, s: dict, arm: str, cid: str) -> Markup | str:
+    """'; HN x' beside an op-by-op cell's time: its median over host-nominal steps (stats.py)."""
+    a = ((s.get("host_nominal") or {}).get("arms") or {}).get(arm)
+    if arm not in ("eager", "static") or not a:
+        return ""
+    meta = {"cell": s["cell"], "arm": arm, "scope": "host_nominal", "stats_file": s["_file"]}
+    return Markup(f"; HN {log.num(f'ms_per_step/{cid}/host_nominal', a['median_ms'], 2, quantity='ms_per_step', **meta)}")
 
 
 def _ci_text(log, quantity: str, cid: str, ci, meta) -> Markup | str:
@@ -285,6 +294,7 @@ def host_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
             row = {"gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
                    "ctx": s["cell"]["ctx"], "cell": s["cell"]["mode"], "arm": arm, "n": m["n_sessions"], "launches": fmt(m["launches_per_step"], 0),
                    "per_launch": per_launch, "slope": num("slope_us_per_probe_ns", 3), "intercept": num("intercept_us", 1),
+                   "faster": num("host_bound_ms_2x_faster", 2),
                    "gpu_bound": "--", "proportional": "--", "fit": "--"}
             if g:
                 row["gpu_bound"] = fmt(g["median_ms"], 2)
