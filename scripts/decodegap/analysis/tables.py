@@ -206,7 +206,7 @@ def anatomy_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -
 
     log = NumberLog("anatomy")
     rows, flagged = [], []
-    for r in anatomy.rows(load_stats(stats_files)):
+    for r in anatomy.rows(sorted(load_stats(stats_files), key=lambda s: s["_file"])):  # the order recompute uses: ties break alike
         gid = f"{r['gpu']}/{r['model']}/ctx{r['ctx']}/{r['attn']}_{r['quant']}"
         inputs = {m: {"stats_file": e["stats_file"], "arm": e["arm"], "scope": e["scope"]} for m, e in r["inputs"].items()}
         main = r["inputs"].get("graphed") or next(iter(r["inputs"].values()))
@@ -345,13 +345,13 @@ def model_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> 
     log = NumberLog("model")
     coefficients, errors, failures = [], [], []
     for gpu in sorted({s["cell"]["gpu"] for s in stats}):
-        mine = [s for s in stats if s["cell"]["gpu"] == gpu]
+        mine = sorted((s for s in stats if s["cell"]["gpu"] == gpu), key=lambda s: s["_file"])  # as recompute orders them
         try:
             numbers, d = step_model_numbers(mine)
         except (ValueError, KeyError, IndexError):  # too few cells of this GPU to fit anything
             continue
-        inputs = {f"{o['model']}/ctx{o['ctx']}/{o['mode']}": {"stats_file": o["stats_file"], "scope": o["scope"], "arm": o["mode"]}
-                  for o in d["obs"]}
+        # every cell of the GPU feeds the fit (observations, and kernel counts imputed from other cells)
+        inputs = {s["_file"]: {"stats_file": s["_file"], "scope": "all", "arm": None} for s in mine}
         meta = {"cell": {"gpu": gpu, "model": "*", "ctx": 0, "attn": "*", "quant": "*", "mode": "*"}, "scope": "all",
                 "stats_file": next(iter(inputs.values()))["stats_file"], "inputs": inputs}
 
