@@ -55,8 +55,8 @@ def _rank(est: dict) -> tuple:
 def decompose(by_mode: dict[str, dict]) -> dict:
     """The parts of one group's step (ms), from its mode estimates; None where an input is missing."""
     t = {m: by_mode[m]["median_ms"] if m in by_mode else None for m in MODES}
-    any_est = next(iter(by_mode.values()))
-    floor = any_est["t_floor_ms"]
+    ref = by_mode.get("graphed") or next(iter(by_mode.values()))  # floor and ceiling beside the graphed step
+    floor = ref["t_floor_ms"]
     busy_from = next((m for m in ("graphed", "static") if m in by_mode and (by_mode[m]["anatomy"] or {}).get("gpu_busy_ms_per_step") is not None), None)
     busy = by_mode[busy_from]["anatomy"]["gpu_busy_ms_per_step"] if busy_from else None
 
@@ -65,7 +65,7 @@ def decompose(by_mode: dict[str, dict]) -> dict:
 
     return {
         "eager_ms": t["eager"], "static_ms": t["static"], "graphed_ms": t["graphed"],
-        "floor_ms": floor, "ceiling_ms": any_est["t_ceiling_ms"], "gpu_busy_ms": busy,
+        "floor_ms": floor, "ceiling_ms": ref["t_ceiling_ms"], "gpu_busy_ms": busy,
         "kernel_inefficiency_ms": minus(busy, floor), "graph_gaps_ms": minus(t["graphed"], busy),
         "launch_tax_ms": minus(t["static"], t["graphed"]), "cache_framework_ms": minus(t["eager"], t["static"]),
         "kernels_per_step": {m: (by_mode[m]["anatomy"] or {}).get("kernels_per_step") for m in by_mode},
