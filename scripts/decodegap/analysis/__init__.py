@@ -2,7 +2,11 @@
 never imports the measurement wing (tests/test_layout.py fails if it does), so it runs without torch.
 
   aggregate   raw session records -> per-cell sessions/steps Parquet tables (explicit schema)
-  stats       per-cell medians with hierarchical bootstrap intervals, R_floor, A/B speedups
+  stats       per-cell medians with hierarchical bootstrap intervals, R_floor, A/B speedups, cost
+  anatomy     where each millisecond of a step goes: floor, kernel inefficiency, graph gaps,
+              launch tax, cache and framework
+  hostmodel   per-launch host cost against the host CPU probe; the core speed that ends host-boundness
+  stepmodel   a predictive model of step time fitted per GPU, with held-out error
   tables      LaTeX tables (jinja2, booktabs) with every number keyed for provenance
   latex       escaping, transliteration, number formatting, the jinja2 environment
   figures     seaborn figures (PDF and PNG), one shared style

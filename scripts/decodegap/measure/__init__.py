@@ -6,6 +6,7 @@
   attention    attention paths (SDPA backends)
   weights      weight paths (bf16; quantized layouts plug in here)
   timing       per-step device-event and host-clock timing, the host CPU probe
+  anatomy      the untimed profiler pass after the timed steps: kernels, GPU busy time, host operators
   bandwidth    measured device copy bandwidth
   environment  the machine a session ran on
   codeversion  the code a session ran (commit, dirty flag, source hashes)
