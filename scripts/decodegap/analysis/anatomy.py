@@ -21,7 +21,7 @@ A part whose inputs were not measured is None.
 
 from __future__ import annotations
 
-MODES = ("eager", "static", "graphed")
+from decodegap.core.cells import MODE_NAMES as MODES
 PARTS = ("floor_ms", "kernel_inefficiency_ms", "graph_gaps_ms", "launch_tax_ms", "cache_framework_ms")
 ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 

@@ -280,7 +280,7 @@ def deployment(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("ms per token (batch 1)")
-    ax.set_ylabel("$ per million tokens".replace("$", r"\$"))
+    ax.set_ylabel(r"\$ per million tokens")  # \$: a dollar sign, not mathtext
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     if uniq:

@@ -37,9 +37,8 @@ import numpy as np
 import pandas as pd
 
 from decodegap.analysis import hostmodel
+from decodegap.core.cells import OP_BY_OP
 from decodegap.core.floor import MemoryFloor
-
-OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 
 
 @dataclass(frozen=True)

@@ -80,11 +80,12 @@ from collections import Counter
 import numpy as np
 from scipy.optimize import nnls
 
-OP_BY_OP = ("eager", "static")
-MODES = ("eager", "static", "graphed")
+from decodegap.analysis.anatomy import ATTENTION_OPS
+from decodegap.core.cells import MODE_NAMES as MODES
+from decodegap.core.cells import OP_BY_OP
+
 SCOPE_ORDER = {"eager": ("host_nominal", "valid", "all"), "static": ("host_nominal", "valid", "all"),
                "graphed": ("valid", "all")}
-ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 KEY_FIELDS = ("gpu", "model", "ctx", "attn", "quant", "mode")
 
 DEVICE_TERMS = ("B_eff", "B_attn", "c_kernel_device")

@@ -68,6 +68,7 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
 FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed")
+OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 
 
 def arms_of(mode: str) -> list[str]:
