@@ -33,7 +33,7 @@ def test_summary_counts_kernels_and_names_host_operators():
     assert s["kernels"][0] == {"name": "gemv", "calls_per_step": 1.0, "ms_per_step": pytest.approx(0.04)}
 
 
-def _est(ms, scope="valid", n=2, busy=None):
+def _est(ms, scope="completed", n=2, busy=None):
     return {"median_ms": ms, "n_sessions": n, "scope": scope, "arm": "x", "stats_file": "f", "cell": {}, "t_floor_ms": 3.2,
             "t_ceiling_ms": 3.6, "anatomy": {"gpu_busy_ms_per_step": busy, "kernels_per_step": 1544.0, "host_ops": []} if busy else None}
 
@@ -48,15 +48,20 @@ def test_parts_add_up_to_each_measured_mode():
 
 
 def test_each_mode_comes_from_its_best_cell():
-    def stats(mode, arms, n, scope="valid"):
+    """Op by op: host-nominal steps before all completed ones, then the most sessions; graphed: the
+    completed cell with the most sessions."""
+    def stats(mode, arms, n, scopes=("completed",)):
         return {"cell": {"gpu": "h200", "model": "m", "ctx": 2048, "attn": "sdpa", "quant": "bf16", "mode": mode}, "_file": mode,
-                scope: {"arms": {a: {"median_ms": ms, "n_sessions": n, "t_floor_ms": 3.2, "anatomy": None} for a, ms in arms.items()}}}
+                **{scope: {"arms": {a: {"median_ms": ms, "n_sessions": n, "t_floor_ms": 3.2, "anatomy": None} for a, ms in arms.items()}}
+                   for scope in scopes}}
 
     found = anatomy.estimates([stats("graphed", {"graphed": 8.3}, 2), stats("ab-static-graphed", {"static": 24.0, "graphed": 8.2}, 20),
-                               stats("eager", {"eager": 90.0}, 2, scope="all"), stats("ab-eager-graphed", {"eager": 60.0, "graphed": 8.25}, 7)])
+                               stats("eager", {"eager": 90.0}, 30), stats("ab-eager-graphed", {"eager": 60.0, "graphed": 8.25}, 7,
+                                                                         scopes=("completed", "host_nominal"))])
     best = found[("h200", "m", 2048, "sdpa", "bf16")]
     assert best["graphed"]["stats_file"] == "ab-static-graphed" and best["graphed"]["median_ms"] == 8.2  # 20 sessions
-    assert best["eager"]["stats_file"] == "ab-eager-graphed"  # valid beats flagged
+    assert best["eager"]["stats_file"] == "ab-eager-graphed" and best["eager"]["scope"] == "host_nominal"  # nominal beats 30 sessions
+    assert best["static"]["scope"] == "completed"  # no probe: all its steps
 
 
 def test_the_report_s_anatomy_adds_up_and_recomputes(tmp_path, capsys):

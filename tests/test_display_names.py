@@ -40,7 +40,7 @@ def _cell(gpu, model, ctx, mode):
 
 def _arm(ms, b_peak):
     return {"median_ms": ms, "ci_low_ms": 0.97 * ms, "ci_high_ms": 1.04 * ms, "r_floor": 3.0 / ms, "b_peak_Bps": b_peak,
-            "tokens_per_s": 1e3 / ms, "n_sessions": 3, "n_steps": 120}
+            "tokens_per_s": 1e3 / ms, "n_sessions": 3, "n_machines": 2, "n_steps": 120, "no_ci_reason": None}
 
 
 def _stats(cell, gpus, ms, status="valid"):
@@ -49,11 +49,13 @@ def _stats(cell, gpus, ms, status="valid"):
     arms = ["eager", "graphed"] if cell["mode"] == "ab-eager-graphed" else [cell["mode"]]
     scope = {"arms": {a: _arm(ms * (1.3 if a == "eager" else 1.0), b_peak) for a in arms}}
     s = {"cell": cell, "kind": "ab" if len(arms) == 2 else "single", "arms": arms, "status": status,
-         "n_sessions": 3, "n_valid": 3 if status == "valid" else 0, "config": {"host_nominal_factor": 1.1},
+         "n_sessions": 3, "n_valid": 3 if status == "valid" else 0, "n_completed": 3, "config": {"host_nominal_factor": 1.1},
          "invalid_reasons": [] if status == "valid" else ["s00: unstable: eager stdev is 31.0% of the mean (limit 10%)"],
-         "valid": scope if status == "valid" else {}, "all": scope, "host_nominal": {}, "host_blocks": []}
+         "valid": scope if status == "valid" else {}, "completed": scope, "host_nominal": {}, "host_blocks": [],
+         "sensitivity": {"stability": [], "host_nominal": []}}
     if len(arms) == 2:
-        scope["speedup"] = {"of": "graphed", "over": "eager", "estimate": 1.3, "percentile": [1.2, 1.4], "bca": [1.21, 1.41], "n_sessions": 3}
+        scope["speedup"] = {"of": "graphed", "over": "eager", "estimator": "geomean", "estimate": 1.3, "ci": [1.2, 1.4], "n_sessions": 3,
+                            "n_machines": 2, "no_ci_reason": None, "estimators": {"geomean": {"estimate": 1.3, "ci": [1.2, 1.4], "label": "geometric mean of per-session ratios"}}}
         s["host_blocks"] = [{"session": i // 4, "arm": arms[i % 2], "block": i, "median_ms": ms * (1.3 if i % 2 == 0 else 1.0) + 0.01 * i,
                              "probe_ns_per_iter": 2.0 + 0.05 * i, "probe": "step_probe_ns_per_iter"} for i in range(12)]
         s["host_nominal_rule"] = {"probe": "step_probe_ns_per_iter", "reference_ns_per_iter": 2.0, "factor": 1.1, "limit_ns_per_iter": 2.2}

@@ -56,7 +56,7 @@ def test_lineage_of_a_random_number_reproduces_it_from_the_raw_files(built_works
     cwd = os.getcwd()
     os.chdir(built_workspace)
     try:
-        for key in [keys[i] for i in rng.choice(len(keys), size=4, replace=False)] + [k for k in keys if "/speedup_bca_high/" in k][:1]:
+        for key in [keys[i] for i in rng.choice(len(keys), size=4, replace=False)] + [k for k in keys if "/speedup_ci_high/" in k][:1]:
             assert provenance.lineage(doc, key, do_recompute=True) == 0, key
             out = capsys.readouterr().out
             assert "reproduces" in out
@@ -93,7 +93,7 @@ def test_one_new_session_reruns_only_what_depends_on_it(tmp_path):
     # that cell, the L4 matrix table, the ladder (l4 is at the headline cell), the context figure,
     # the published, anatomy, host and cost tables and figures, the combined tables and the gathering files: nothing else
     assert jobs == {"cell": 1, "aggregate_all": 1, "table_matrix": 1, "figure_ladder": 1, "figure_context": 1,
-                    "table_published": 1, "table_anatomy": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1, "table_model": 1,
+                    "table_published": 1, "table_anatomy": 1, "table_sensitivity": 1, "table_variance": 1, "table_floors": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1, "table_model": 1,
                     "provenance": 1, "paper_tables": 1}
 
 
@@ -156,13 +156,13 @@ def test_an_overridden_b_peak_is_the_one_every_artifact_divides_by(tmp_path):
     checked = 0
     for stats_file in root.glob("results/stats/h200/**/stats.json"):
         stats = json.loads(stats_file.read_text())
-        for arm, a in stats["valid"]["arms"].items():
+        for arm, a in stats["completed"]["arms"].items():
             cell = stats["cell"]
             row = sessions[(sessions["ctx"] == cell["ctx"]) & (sessions["mode"] == cell["mode"]) & (sessions["arm"] == arm)].iloc[0]
             assert a["b_peak_Bps"] == b_peak
             assert a["t_floor_ms"] == pytest.approx(row["t_floor_s"] * 1e3)  # stats.json agrees with the Parquet
             assert a["r_floor"] == pytest.approx(a["t_floor_ms"] / a["median_ms"])
-            key = f"matrix_h200/r_floor/h200/{cell['model']}/ctx{cell['ctx']}/{cell['attn']}_{cell['quant']}_{cell['mode']}/valid"
+            key = f"matrix_h200/r_floor/h200/{cell['model']}/ctx{cell['ctx']}/{cell['attn']}_{cell['quant']}_{cell['mode']}/completed"
             if key in numbers:  # the table renders it, and provenance records the same value
                 assert numbers[key]["value"] == pytest.approx(a["r_floor"]) and numbers[key]["text"] == f"{a['r_floor']:.3f}"
                 assert f"\\dgnum{{{key}}}{{{a['r_floor']:.3f}}}" in (root / "report/tables/matrix_h200.tex").read_text()

@@ -106,15 +106,51 @@ def test_interval_covers_the_true_median_most_of_the_time():
     assert covered >= 32  # nominal 95 %, some slack for 40 trials
 
 
-def test_speedup_intervals_from_sessions():
+def test_speedup_is_the_geometric_mean_of_session_ratios_with_every_estimator_beside_it():
     ratios = np.array([1.25, 1.26, 1.27, 1.25, 1.26, 1.24, 1.28, 1.26, 1.25, 1.27])
     r = speedup_with_ci(ratios, CFG, np.random.default_rng(0))
-    assert r["estimate"] == pytest.approx(ratios.mean())
-    lo, hi = r["percentile"]
-    assert lo < ratios.mean() < hi and hi - lo < 0.03
-    blo, bhi = r["bca"]
-    assert blo < ratios.mean() < bhi
-    assert speedup_with_ci(np.array([1.3]), CFG, np.random.default_rng(0))["percentile"] is None
+    assert r["estimator"] == "geomean" and r["estimate"] == pytest.approx(np.exp(np.log(ratios).mean()))
+    lo, hi = r["ci"]
+    assert lo < r["estimate"] < hi and hi - lo < 0.03
+    est = r["estimators"]
+    assert est["mean"]["estimate"] == pytest.approx(ratios.mean()) and est["median"]["estimate"] == pytest.approx(np.median(ratios))
+    assert all(e["ci"][0] < e["estimate"] < e["ci"][1] for e in est.values())
+    one = speedup_with_ci(np.array([1.3]), CFG, np.random.default_rng(0))
+    assert one["ci"] is None and one["no_ci_reason"] == "1 session" and one["estimate"] == pytest.approx(1.3)
+
+
+def test_headline_speedup_is_symmetric_in_a_and_b():
+    """The speedup of B over A is the reciprocal of A over B, interval included (the mean of ratios is not)."""
+    ratios = np.array([1.1, 1.4, 2.0, 1.3, 1.7])
+    fwd = speedup_with_ci(ratios, CFG, np.random.default_rng(0))
+    back = speedup_with_ci(1 / ratios, CFG, np.random.default_rng(0))
+    assert fwd["estimate"] == pytest.approx(1 / back["estimate"])
+    assert fwd["ci"][0] == pytest.approx(1 / back["ci"][1]) and fwd["ci"][1] == pytest.approx(1 / back["ci"][0])
+    assert fwd["estimators"]["mean"]["estimate"] != pytest.approx(1 / back["estimators"]["mean"]["estimate"])
+
+
+def test_weighted_median_matches_repeating_the_values():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=7)
+    counts = rng.integers(0, 4, size=(200, 7))
+    counts[counts.sum(axis=1) == 0, 0] = 1
+    expected = [np.median(np.repeat(values, c)) for c in counts]
+    assert np.allclose(stats_module._weighted_median(values, counts), expected)
+
+
+def test_variance_components_recover_known_machine_and_session_spread():
+    rng = np.random.default_rng(0)
+    medians, labels = [], []
+    for m in range(40):
+        effect = rng.normal(0, 2.0)
+        for _ in range(5):
+            medians.append(100 + effect + rng.normal(0, 0.5))
+            labels.append(m)
+    v = stats_module.variance_components(np.array(medians), labels, np.array([1.0, 1.2]))
+    assert v["machine_sd_ms"] == pytest.approx(2.0, rel=0.25) and v["session_sd_ms"] == pytest.approx(0.5, rel=0.15)
+    assert v["step_sd_ms"] == pytest.approx(1.1) and v["machine_share"] > 0.9 and v["n_machines"] == 40
+    one = stats_module.variance_components(np.array([1.0, 1.1, 0.9]), [0, 0, 0], np.array([]))
+    assert one["machine_sd_ms"] is None and one["session_sd_ms"] == pytest.approx(0.1)
 
 
 def _frames(arms_ms: dict, sessions=3, steps=40, status=None):
@@ -136,7 +172,7 @@ def test_cell_stats_r_floor_uses_the_analysis_bandwidth():
     sessions, steps = _frames({"graphed": 2.0})
     cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="graphed")
     r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12, "price_usd_per_hour": 3.6}, CFG)
-    a = r["valid"]["arms"]["graphed"]
+    a = r["completed"]["arms"]["graphed"]
     assert a["t_floor_ms"] == pytest.approx(1.0)  # 4.8 GB / 4.8 TB/s
     assert a["r_floor"] == pytest.approx(0.5, rel=0.02)
     assert a["r_ceiling"] == pytest.approx(4.8e9 / 4.0e12 * 1e3 / a["median_ms"])
@@ -145,13 +181,32 @@ def test_cell_stats_r_floor_uses_the_analysis_bandwidth():
 
 
 def test_ab_cell_speedup_and_scopes():
-    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0}, sessions=4, status={3: "invalid"})
+    """completed: every session whose loop ran, flagged unstable or not; valid: the stability rule
+    too; a session failed for anything else is in neither."""
+    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0}, sessions=5, status={3: "invalid", 4: "invalid"})
+    sessions.loc[sessions["session"] == 3, "reasons"] = "unstable: eager stdev is 12% of the mean (limit 10%)"
+    sessions.loc[sessions["session"] == 4, "reasons"] = "position mismatch"
     cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
     r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
-    assert r["status"] == "valid" and r["n_valid"] == 3 and r["invalid_reasons"] == ["s03: r"]
-    assert r["valid"]["speedup"]["n_sessions"] == 3 and r["all"]["speedup"]["n_sessions"] == 4
-    assert r["valid"]["speedup"]["estimate"] == pytest.approx(1.5, rel=0.01)
-    assert r["valid"]["speedup"]["of"] == "graphed" and r["valid"]["speedup"]["over"] == "eager"
+    assert r["status"] == "valid" and r["n_valid"] == 3 and r["n_completed"] == 4
+    assert r["valid"]["speedup"]["n_sessions"] == 3 and r["completed"]["speedup"]["sessions"] == [0, 1, 2, 3]
+    assert r["completed"]["speedup"]["estimate"] == pytest.approx(1.5, rel=0.01)
+    assert r["completed"]["speedup"]["of"] == "graphed" and r["completed"]["speedup"]["over"] == "eager"
+    # the sensitivity rows: the unfiltered one is the completed scope; a 5 % limit keeps these quiet sessions
+    rows = {row["limit"]: row for row in r["sensitivity"]["stability"]}
+    assert rows[None]["n_sessions"] == 4 and rows[None]["speedup"]["estimate"] == pytest.approx(r["completed"]["speedup"]["estimate"])
+    assert rows[0.05]["n_sessions"] == 4  # steps spread 1 %: every completed session is within 5 %
+
+
+def test_sessions_on_one_machine_are_one_replicate():
+    sessions, steps = _frames({"graphed": 2.0}, sessions=4)
+    sessions["machine"] = ["gpu-a", "gpu-a", "gpu-b", "gpu-b"]
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="graphed")
+    a = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)["completed"]["arms"]["graphed"]
+    assert a["n_machines"] == 2 and a["machines"] == ["gpu-a", "gpu-b"] and a["ci_low_ms"] is not None
+    sessions["machine"] = "gpu-a"
+    a = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)["completed"]["arms"]["graphed"]
+    assert a["n_machines"] == 1 and a["ci_low_ms"] is None and a["r_floor_ci"] is None and a["no_ci_reason"] == "1 machine"
 
 
 def test_host_nominal_scope_keeps_steps_run_at_full_core_speed():
@@ -172,7 +227,8 @@ def test_host_nominal_scope_keeps_steps_run_at_full_core_speed():
     nominal = r["host_nominal"]["speedup"]
     assert nominal["sessions"] == [0, 1, 2]  # 3: no full-speed step; 4: flagged for a foreign process
     assert nominal["estimate"] == pytest.approx(1.5, rel=0.01)
-    assert r["all"]["speedup"]["estimate"] > 1.6  # what this host gave, slow stretches included
+    assert r["completed"]["speedup"]["estimate"] > 1.6  # what this host gave, slow stretches included
+    assert r["completed"]["speedup"]["sessions"] == [0, 1, 2, 3]  # 4: flagged for a foreign process
     rule = r["host_nominal_rule"]
     assert rule["probe"] == "step_probe_ns_per_iter" and 40.0 <= rule["reference_ns_per_iter"] < 41.0
     assert rule["limit_ns_per_iter"] == pytest.approx(1.25 * rule["reference_ns_per_iter"])
@@ -188,3 +244,30 @@ def test_host_nominal_scope_is_absent_without_probes():
     cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
     r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
     assert r["host_nominal"] == {} and r["host_nominal_rule"] is None and r["host_blocks"] == []
+
+
+def test_machine_bootstrap_matches_resampling_whole_machines_by_hand():
+    """levels (machines,): each resample draws machines with replacement and pools their steps,
+    sessions and steps kept as they are."""
+    rng = np.random.default_rng(0)
+    sessions = [rng.normal(size=5) for _ in range(4)]
+    machines = np.array([0, 0, 1, 2])
+    boot = hierarchical_bootstrap_medians(sessions, 20000, np.random.default_rng(1), machines, ("machines",))
+    groups = [np.concatenate(sessions[:2]), sessions[2], sessions[3]]
+    hand = np.random.default_rng(2)
+    ref = np.array([np.median(np.concatenate([groups[i] for i in hand.integers(0, 3, 3)])) for _ in range(20000)])
+    assert set(np.round(boot, 12)) == set(np.round(ref, 12))  # the same support: medians of whole machines pooled
+    assert boot.mean() == pytest.approx(ref.mean(), abs=0.01) and boot.std() == pytest.approx(ref.std(), rel=0.03)
+    assert np.quantile(boot, [0.025, 0.975]) == pytest.approx(np.quantile(ref, [0.025, 0.975]), abs=0.02)
+
+
+def test_session_counts_resample_machines_then_their_sessions():
+    machines = np.array([0, 0, 0, 1, 2, 2])
+    counts = stats_module.session_counts(500, machines, np.random.default_rng(0), ("machines", "sessions"))
+    assert counts.shape == (500, 6)
+    per_machine = np.stack([counts[:, machines == m].sum(axis=1) for m in range(3)], axis=1)
+    sizes = np.array([3, 1, 2])
+    assert (per_machine % sizes == 0).all()  # a machine chosen c times brings c x its session count
+    assert ((per_machine // sizes).sum(axis=1) == 3).all()  # three machines drawn per resample
+    intact = stats_module.session_counts(50, machines, np.random.default_rng(0), ("machines",))
+    assert all((row[machines == m] == row[machines == m][0]).all() for row in intact for m in range(3))

@@ -156,22 +156,22 @@ PROFILED = {"kernels_per_step": 1544.0, "gpu_busy_ms_per_step": 7.6,
 
 def test_collect_prefers_host_nominal_op_by_op_then_sessions_and_imputes_kernel_counts():
     stats_list = [
-        stats(2048, "static", {"host_nominal": {"static": arm(21.0, 2, PROFILED)}, "valid": {"static": arm(30.0, 5, PROFILED)}}),
+        stats(2048, "static", {"host_nominal": {"static": arm(21.0, 2, PROFILED)}, "completed": {"static": arm(30.0, 5, PROFILED)}}),
         stats(2048, "ab-static-graphed", {"host_nominal": {"static": arm(22.0, 16, PROFILED), "graphed": arm(8.0, 16, PROFILED)},
-                                          "valid": {"static": arm(32.0, 6, PROFILED), "graphed": arm(8.2, 6, PROFILED)}}),
-        stats(2048, "graphed", {"valid": {"graphed": arm(8.3, 2)}, "all": {"graphed": arm(8.3, 9)}}),
-        stats(4096, "graphed", {"all": {"graphed": arm(9.1, 2)}}),
-        stats(4096, "eager", {"host_nominal": {"eager": arm(58.0, 1)}, "valid": {"eager": arm(59.0, 2)},
-                              "all": {"eager": arm(60.0, 3, {**PROFILED, "kernels_per_step": 1313.0})}}),
+                                          "completed": {"static": arm(32.0, 20, PROFILED), "graphed": arm(8.2, 20, PROFILED)}}),
+        stats(2048, "graphed", {"completed": {"graphed": arm(8.3, 9)}}),
+        stats(4096, "graphed", {"completed": {"graphed": arm(9.1, 2)}}),
+        stats(4096, "eager", {"host_nominal": {"eager": arm(58.0, 1)},
+                              "completed": {"eager": arm(60.0, 3, {**PROFILED, "kernels_per_step": 1313.0})}}),
     ]
     obs = {(o["ctx"], o["mode"]): o for o in stepmodel.collect(stats_list)}
     assert set(obs) == {(2048, "static"), (2048, "graphed"), (4096, "graphed"), (4096, "eager")}
     s = obs[(2048, "static")]
     assert (s["scope"], s["cell_mode"], s["median_ms"]) == ("host_nominal", "ab-static-graphed", 22.0)  # most sessions
-    g = obs[(2048, "graphed")]  # graphed: valid first, even with fewer sessions than "all"
-    assert (g["scope"], g["cell_mode"], g["median_ms"], g["kernels_imputed"]) == ("valid", "ab-static-graphed", 8.2, False)
+    g = obs[(2048, "graphed")]  # graphed: completed sessions (never host-nominal), the most of them
+    assert (g["scope"], g["cell_mode"], g["median_ms"], g["kernels_imputed"]) == ("completed", "ab-static-graphed", 8.2, False)
     g4 = obs[(4096, "graphed")]
-    assert g4["scope"] == "all" and g4["kernels_imputed"] and g4["kernels_per_step"] == 1544.0 and "ctx2048" in g4["kernels_source"]
+    assert g4["scope"] == "completed" and g4["kernels_imputed"] and g4["kernels_per_step"] == 1544.0 and "ctx2048" in g4["kernels_source"]
     assert g4["launches_per_step"] == 0.0 and s["launches_per_step"] == 1544.0
     e = obs[(4096, "eager")]  # the cell's own profiler pass, from another scope of the same cell
     assert (e["scope"], e["median_ms"]) == ("host_nominal", 58.0) and e["kernels_per_step"] == 1313.0 and not e["kernels_imputed"]
@@ -181,5 +181,5 @@ def test_collect_prefers_host_nominal_op_by_op_then_sessions_and_imputes_kernel_
 
 def test_collect_takes_layers_and_heads_from_the_model_card():
     card = {"architecture": {"num_hidden_layers": 30, "num_attention_heads": 28, "num_key_value_heads": 4}}
-    (o,) = stepmodel.collect([stats(2048, "eager", {"valid": {"eager": arm(59.0, 1, PROFILED)}})], {"m": card})
+    (o,) = stepmodel.collect([stats(2048, "eager", {"completed": {"eager": arm(59.0, 1, PROFILED)}})], {"m": card})
     assert o["q_per_kv"] == 7.0 and not o["q_per_kv_assumed"] and o["attention_calls_per_step"] == 30.0

@@ -166,3 +166,76 @@ rule table_model:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_sensitivity:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        tex=report(
+            paths.table_tex("sensitivity"),
+            caption="../report/sensitivity.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("sensitivity"),
+    log:
+        paths.log("tables", "sensitivity"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="sensitivity",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+        headline=config["report"],
+    script:
+        "../../scripts/rules/table.py"
+
+
+rule table_variance:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        tex=report(
+            paths.table_tex("variance"),
+            caption="../report/variance.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("variance"),
+    log:
+        paths.log("tables", "variance"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="variance",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"
+
+
+rule table_floors:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+    output:
+        tex=report(
+            paths.table_tex("floors"),
+            caption="../report/floors.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("floors"),
+    log:
+        paths.log("tables", "floors"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="floors",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

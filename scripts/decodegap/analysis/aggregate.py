@@ -68,6 +68,11 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("t_floor_no_embedding_s", pa.float64()),
         pa.field("measured_b_peak_Bps", pa.float64()),  # the record's: what the measurement saw
         pa.field("measured_t_floor_s", pa.float64()),
+        # the machine: GPU UUID (else hostname) and, where recorded, the host's boot id; the
+        # statistics resample machines first
+        pa.field("machine", pa.string(), nullable=False),
+        pa.field("gpu_uuid", pa.string()),
+        pa.field("boot_id", pa.string()),
         pa.field("gpu_name", pa.string()),
         pa.field("driver", pa.string()),
         pa.field("torch", pa.string()),
@@ -124,6 +129,14 @@ def anatomy_columns(anatomy: dict | None) -> dict:
             "host_ops_json": json.dumps(anatomy["host_ops"]), "kernels_json": json.dumps(anatomy["kernels"])}
 
 
+def machine_id(environment: dict) -> str:
+    """The machine a session ran on: its GPU's UUID (else the hostname), with the host's boot id
+    where the record has one (sessions from 2026-11-29 evening on)."""
+    gpu = environment.get("gpu") or {}
+    name = gpu.get("uuid") or environment.get("hostname") or "unknown"
+    return f"{name}/{environment['boot_id']}" if environment.get("boot_id") else name
+
+
 def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> tuple[list[dict], list[dict]]:
     cell = {**record["cell"], "session": record["session"]}
     floor = record.get("floor") or {}
@@ -136,6 +149,9 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
         "seed": record["seed"],
         **{k: floor.get(k) for k in ("param_count", "weight_bytes", "weight_bytes_no_embedding", "kv_bytes", "copy_bandwidth_Bps")},
         **floor_columns(record, b_peak_Bps),
+        "machine": machine_id(env),
+        "gpu_uuid": (env.get("gpu") or {}).get("uuid"),
+        "boot_id": env.get("boot_id"),
         "gpu_name": (env.get("gpu") or {}).get("name") or env.get("device_type"),
         "driver": (env.get("gpu") or {}).get("driver"),
         "torch": env["libraries"].get("torch"),

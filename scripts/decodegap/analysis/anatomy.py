@@ -15,8 +15,11 @@ so that floor + inefficiency + gaps = graphed, + launch tax = static, + cache & 
 The copy ceiling ((W + K) over the measured copy bandwidth) is shown beside the floor.
 
 Each mode's time comes from the cell (a single-mode matrix cell or an arm of an A/B cell) with the
-most valid sessions; cells without valid sessions are used, flagged, only when nothing valid exists.
-A part whose inputs were not measured is None.
+most sessions in its scope: for the op-by-op modes (eager, static) the host-nominal steps, those run
+while the host core was at full speed (stats.py), so that a part is the cost on this host and not
+on a slowed one; for graphed, whose time does not follow the host, all completed sessions. An
+op-by-op mode without the CPU probe falls back to its completed sessions, flagged. A part whose
+inputs were not measured is None.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ def group_key(cell: dict) -> tuple:
 
 
 def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
-    """{group: {mode: estimate}}, each estimate the arm with the most sessions (valid scope first)."""
+    """{group: {mode: estimate}}, each estimate the arm with the most sessions in the mode's first scope."""
     out: dict[tuple, dict[str, dict]] = {}
     for s in stats_list:
-        for scope in ("valid", "all"):
+        for scope in ("host_nominal", "completed"):
             for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
-                if not a or arm not in MODES:
+                if not a or arm not in MODES or scope not in SCOPE_ORDER[arm]:
                     continue
                 est = {"median_ms": a["median_ms"], "n_sessions": a["n_sessions"], "scope": scope, "arm": arm,
                        "stats_file": s.get("_file"), "cell": s["cell"], "t_floor_ms": a["t_floor_ms"],
@@ -48,8 +51,11 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
     return out
 
 
+SCOPE_ORDER = {"eager": ("host_nominal", "completed"), "static": ("host_nominal", "completed"), "graphed": ("completed",)}
+
+
 def _rank(est: dict) -> tuple:
-    return (est["scope"] == "valid", est["n_sessions"], est["anatomy"] is not None)
+    return (-SCOPE_ORDER[est["arm"]].index(est["scope"]), est["n_sessions"], est["anatomy"] is not None)
 
 
 def decompose(by_mode: dict[str, dict]) -> dict:
@@ -70,7 +76,7 @@ def decompose(by_mode: dict[str, dict]) -> dict:
         "launch_tax_ms": minus(t["static"], t["graphed"]), "cache_framework_ms": minus(t["eager"], t["static"]),
         "kernels_per_step": {m: (by_mode[m]["anatomy"] or {}).get("kernels_per_step") for m in by_mode},
         "attention_host_ms": {m: attention_host_ms(by_mode[m]["anatomy"]) for m in by_mode},
-        "flagged": sorted(m for m, e in by_mode.items() if e["scope"] != "valid"),
+        "flagged": sorted(m for m, e in by_mode.items() if e["scope"] != SCOPE_ORDER[m][0]),  # op by op without the probe
     }
 
 

@@ -78,18 +78,19 @@ def save(fig, outputs) -> None:
 def _measured_arms(stats: list[dict]) -> pd.DataFrame:
     rows = []
     for s in stats:
-        for scope in ("valid", "all"):
+        for scope in ("completed",):  # the headline scope (stats.py)
             for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
                 if a:
-                    rows.append({**s["cell"], "arm": arm, "scope": scope, "status": s["status"], **{k: a[k] for k in ("median_ms", "ci_low_ms", "ci_high_ms", "r_floor", "b_peak_Bps")}})
+                    row = {k: a[k] for k in ("median_ms", "ci_low_ms", "ci_high_ms", "r_floor", "b_peak_Bps")}
+                    row.update({k: float("nan") for k in ("ci_low_ms", "ci_high_ms") if row[k] is None})  # no interval: one machine
+                    rows.append({**s["cell"], "arm": arm, "scope": scope, "status": s["status"], "no_ci": a.get("no_ci_reason") is not None, **row})
     return pd.DataFrame(rows)
 
 
 def _best_scope(df: pd.DataFrame) -> pd.DataFrame:
-    """Valid sessions where a cell has any, else all sessions (drawn as flagged)."""
+    """One row per arm of a cell (the completed scope)."""
     if df.empty:
         return df
-    df = df.sort_values("scope", key=lambda s: s.map({"valid": 0, "all": 1}))
     return df.groupby(["gpu", "model", "ctx", "attn", "quant", "mode", "arm"], as_index=False).first()
 
 
@@ -101,10 +102,10 @@ def ladder(stats_files, reference: list[dict], gpus: dict, headline_model: str, 
     if not df.empty:
         df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & (df["mode"] == df["arm"])]
     for _, r in df.iterrows():
-        flagged = r["scope"] != "valid"
+        flagged = bool(r["no_ci"])
         ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], marker=MODE_MARKERS.get(r["arm"], "o"), s=45,
                    color=sns.color_palette()[0 if r["arm"] == "eager" else 1], alpha=0.45 if flagged else 1.0,
-                   label=literal(f"measured, {r['arm']}" + (" (flagged)" if flagged else "")))
+                   label=literal(f"measured, {r['arm']}" + (" (one machine: no interval)" if flagged else "")))
     for f in reference:
         if f["quantity"] == "r_floor" and f.get("gpu") in gpus:
             ax.scatter(gpus[f["gpu"]]["b_peak_Bps"] / 1e9, f["value"], marker=MODE_MARKERS.get(f.get("mode") or "eager", "o"),
@@ -140,9 +141,9 @@ def context(stats_files, gpus: dict, models: dict, outputs) -> None:
             ax.errorbar(g["ctx"], g["median_ms"], yerr=[g["median_ms"] - g["ci_low_ms"], g["ci_high_ms"] - g["median_ms"]],
                         marker=MODE_MARKERS.get(arm, "o"), ls="-" if arm == "graphed" else "--", color=palette.get(model),
                         label=literal(f"{models[model]['display_name']}, {arm}"), ms=4, capsize=2)
-            flagged = g[g["scope"] != "valid"]
+            flagged = g[g["no_ci"]]
             ax.scatter(flagged["ctx"], flagged["median_ms"], marker="x", color="black", s=18, zorder=5,
-                       label="flagged invalid" if len(flagged) else None)
+                       label="one machine or session: no interval" if len(flagged) else None)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sorted(df["ctx"].unique()), [str(c) for c in sorted(df["ctx"].unique())])
@@ -158,15 +159,18 @@ def context(stats_files, gpus: dict, models: dict, outputs) -> None:
 
 
 def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
-    """A/B speedups with their intervals: measured (valid and all sessions) and published."""
+    """A/B speedups (geometric mean of per-session ratios) with their intervals over machines:
+    measured, in each scope, and published."""
     style()
     rows = []
     for s in load_stats(stats_files):
         for scope in SCOPES:
             sp = (s.get(scope) or {}).get("speedup")
             if sp and sp.get("estimate") is not None:
-                ci = sp.get("bca") or sp.get("percentile")
-                rows.append({"label": literal(f"{gpus[s['cell']['gpu']]['display_name']}\nmeasured, {SCOPE_LABEL[scope]} (n={sp['n_sessions']})"),
+                ci = sp.get("ci")
+                arms = "/".join(s["arms"])
+                rows.append({"label": literal(f"{gpus[s['cell']['gpu']]['display_name']} {s['cell']['model']} {arms}\n"
+                                              f"{SCOPE_LABEL[scope]} (n={sp['n_sessions']}, {sp['n_machines']} machines)"),
                              "x": sp["estimate"], "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "published": False})
     for f in reference:
         if f["quantity"] == "speedup" and str(f.get("mode") or "").startswith("ab-") and f.get("gpu") in gpus:
@@ -182,7 +186,7 @@ def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.set_xlabel("speedup of CUDA graphs over eager (95 % CI; hollow = published)")
+    ax.set_xlabel("speedup of arm B over arm A (95 % CI over machines; hollow = published)")
     if not rows:
         ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
     save(fig, outputs)
@@ -254,7 +258,7 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
 
 def deployment(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     """Latency against cost per token, one point per GPU, mode and weight path: measured (filled,
-    valid cells on a priced GPU) and the paper's published step times at the same prices (hollow)."""
+    completed sessions on a priced GPU) and the paper's published step times at the same prices (hollow)."""
     from decodegap.analysis.stats import cost_per_mtok
 
     style()
@@ -262,9 +266,7 @@ def deployment(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     palette = dict(zip(gpus, sns.color_palette(n_colors=len(gpus))))
     points = 0
     for s in load_stats(stats_files):
-        if s["status"] != "valid":
-            continue
-        for arm, a in s["valid"]["arms"].items():
+        for arm, a in ((s.get("completed") or {}).get("arms") or {}).items():
             if a and a.get("cost_usd_per_mtok"):
                 c = s["cell"]
                 ax.scatter(a["median_ms"], a["cost_usd_per_mtok"], marker=MODE_MARKERS.get(arm, "o"), color=palette[c["gpu"]], s=30,

@@ -122,6 +122,7 @@ def extract(stats: dict, entry: dict) -> float | None:
     per_arm = {
         "ms_per_step": "median_ms", "ms_per_step_ci_low": "ci_low_ms", "ms_per_step_ci_high": "ci_high_ms",
         "r_floor": "r_floor", "tokens_per_s": "tokens_per_s", "cost_usd_per_mtok": "cost_usd_per_mtok",
+        "t_floor_ms": "t_floor_ms", "t_floor_no_embedding_ms": "t_floor_no_embedding_ms", "t_ceiling_ms": "t_ceiling_ms",
     }
     if q in per_arm and arm:
         return scope["arms"][arm][per_arm[q]]
@@ -131,16 +132,41 @@ def extract(stats: dict, entry: dict) -> float | None:
         from decodegap.analysis.hostmodel import proportional_speedup
 
         return proportional_speedup(scope["arms"][arm]["host_model"], entry["gpu_bound_ms"])
+    if q in ("r_floor_no_embedding", "r_ceiling") and arm:
+        return scope["arms"][arm][q]
+    if q.startswith("variance:"):  # variance components of an arm, or of the speedup's log ratios
+        target = scope["speedup"] if entry.get("arm") is None else scope["arms"][arm]
+        return target["variance"][q.split(":", 1)[1]]
+    if q.startswith("sensitivity:"):  # sensitivity:<filter>:<estimate|ci_low|ci_high|n_sessions|n_machines>
+        _, filt, field = q.split(":")
+        row = next(r for r in stats["sensitivity"][filt] if r[entry["threshold_field"]] == entry["threshold"])
+        target = row["speedup"] if entry.get("arm") is None else row["arms"][arm]
+        return _estimate_field(target, field)
     sp = scope.get("speedup") or {}
+    if q.startswith("speedup_estimator:"):  # speedup_estimator:<name>:<estimate|ci_low|ci_high>
+        _, name, field = q.split(":")
+        return _estimate_field(sp["estimators"][name], field)
     if q == "speedup":
         return sp.get("estimate")
     if q == "n_sessions":
         return sp.get("n_sessions")
-    for name, field in (("speedup_percentile", "percentile"), ("speedup_bca", "bca"), ("speedup_ci", "percentile")):
-        for i, bound in enumerate(("low", "high")):
-            if q == f"{name}_{bound}":
-                return (sp.get(field) or [None, None])[i]
+    if q == "n_machines":
+        return sp.get("n_machines")
+    for i, bound in enumerate(("low", "high")):
+        if q == f"speedup_ci_{bound}":
+            return (sp.get("ci") or [None, None])[i]
     raise KeyError(f"no rule to recompute quantity {q!r}")
+
+
+def _estimate_field(target: dict, field: str):
+    """A field of an estimate record: a median (median_ms, ci_low_ms, ...) or a speedup (estimate, ci)."""
+    if field in ("n_sessions", "n_machines"):
+        return target[field]
+    if "median_ms" in target:
+        return target[{"estimate": "median_ms", "ci_low": "ci_low_ms", "ci_high": "ci_high_ms"}[field]]
+    if field == "estimate":
+        return target["estimate"]
+    return (target.get("ci") or [None, None])[0 if field == "ci_low" else 1]
 
 
 def recompute_stats(stats_file: str) -> dict:
@@ -174,6 +200,8 @@ def recompute(entry: dict) -> tuple[float | None, str]:
         value = row[entry["quantity"].split(":", 1)[1]]
     else:
         value = extract(recompute_stats(entry["stats_file"]), entry)
+        if value is not None and entry.get("scale") is not None:  # the unit shown (%), as the table applied it
+            value = value * entry["scale"]
     return value, fmt(value, entry["digits"])
 
 

@@ -50,13 +50,13 @@ def reproduced(figure: dict, stats: list[dict]) -> tuple[float | None, dict | No
     q = figure["quantity"]
     if q not in COMPARABLE:
         return None, None, "not a measured quantity"
-    matches = [s for s in candidates(figure, stats) if s["status"] == "valid"]
+    matches = [s for s in candidates(figure, stats) if (s.get("completed") or {}).get("arms")]  # the headline scope
     if not matches:
         return None, None, "not measured"
     if len(matches) > 1:
         return None, None, f"ambiguous: {len(matches)} cells match"
     s = matches[0]
-    scope = s["valid"]
+    scope = s["completed"]
     if q in ("r_floor", "ms_per_step"):
         arm = s["arms"][0] if len(s["arms"]) == 1 else None
         if arm is None:
@@ -70,7 +70,7 @@ def reproduced(figure: dict, stats: list[dict]) -> tuple[float | None, dict | No
         return sp["estimate"], s, ""
     if q == "n_sessions":
         return float(sp["n_sessions"]), s, ""
-    ci = sp.get("percentile")
+    ci = sp.get("ci")
     if not ci:
         return None, None, "no interval"
     return (ci[0] if q == "speedup_ci_low" else ci[1]), s, ""

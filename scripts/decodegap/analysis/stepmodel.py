@@ -4,13 +4,12 @@ Observations (`collect`). One per (gpu, model, ctx, attn, quant, mode), the mode
 A/B cell's arms and a single-mode cell of the same mode are candidates for one observation. Its
 time is the arm's median ms/step in the first scope that has it, in this order:
 
-    eager, static   host_nominal, valid, all   (op-by-op steps follow the host core's speed: the
-                                                host_nominal scope keeps the steps at full speed)
-    graphed         valid, all
+    eager, static   host_nominal, completed   (op-by-op steps follow the host core's speed: the
+                                               host_nominal scope keeps the steps at full speed)
+    graphed         completed
 
 and, among candidates of that scope, the one with the most sessions (then: with a profiler pass).
-`scope` says which scope was used; `scope != "valid"` on a graphed row, or "all" on any row, means
-the time includes sessions flagged invalid. Beside the time each observation carries:
+`scope` says which scope was used. Beside the time each observation carries:
 
     weight_bytes W, kv_bytes K, bytes = W + K     as measured (the floor's (W + K) / B_peak)
     weight_bytes_read                             W without the embedding table: a decode step
@@ -84,8 +83,8 @@ from decodegap.analysis.anatomy import ATTENTION_OPS
 from decodegap.core.cells import MODE_NAMES as MODES
 from decodegap.core.cells import OP_BY_OP
 
-SCOPE_ORDER = {"eager": ("host_nominal", "valid", "all"), "static": ("host_nominal", "valid", "all"),
-               "graphed": ("valid", "all")}
+SCOPE_ORDER = {"eager": ("host_nominal", "completed"), "static": ("host_nominal", "completed"),
+               "graphed": ("completed",)}
 KEY_FIELDS = ("gpu", "model", "ctx", "attn", "quant", "mode")
 
 DEVICE_TERMS = ("B_eff", "B_attn", "c_kernel_device")
@@ -136,7 +135,7 @@ def _candidates(stats_list: list[dict]):
     """Every (mode, scope) arm of every cell, with the cell's anatomy for that arm from any scope."""
     for s in stats_list:
         cell = s["cell"]
-        scopes = {sc: ((s.get(sc) or {}).get("arms") or {}) for sc in ("host_nominal", "valid", "all")}
+        scopes = {sc: ((s.get(sc) or {}).get("arms") or {}) for sc in ("host_nominal", "completed")}
         for arm in MODES:
             any_anatomy = next((a[arm]["anatomy"] for a in scopes.values() if a.get(arm) and a[arm].get("anatomy")), None)
             for scope, arms in scopes.items():

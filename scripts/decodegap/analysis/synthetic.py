@@ -58,7 +58,7 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
         floor=floor_record(floor, card.kv_bytes_per_token(), card.param_count()), card=card, gpu=gpu,
         environment={
             "synthetic": True, "python": "synthetic", "cpu_model": "synthetic", "libraries": {"torch": "synthetic", "transformers": "synthetic"},
-            "device_type": "synthetic", "gpu": {"name": "synthetic", "driver": "synthetic"},
+            "device_type": "synthetic", "gpu": {"name": "synthetic", "driver": "synthetic", "uuid": f"synthetic-{session % 3}"},
             "gpu_start": None, "gpu_before_timed": None, "gpu_end": None, "gpu_processes": [],
         },
         code={"commit": "synthetic", "dirty": False, "commit_origin": "synthetic", "sources_sha256": "0" * 64, "files": {}},
@@ -78,6 +78,38 @@ def write_store(root, cells: list[dict], sessions: int, n_steps: int, seed: int 
             out.append(path.as_posix())
     manifest.add(out, root)  # like every command that adds sessions
     return out
+
+
+def hierarchical_cell(rng: np.random.Generator, machines: int, sessions_per_machine: int, steps: int, sd_machine: float,
+                      sd_session: float, sd_step: float, truth_ms: float = 10.0) -> tuple[list[np.ndarray], list[int]]:
+    """Step times of one simulated cell whose true median is truth_ms: each step is truth x (1 +
+    machine effect + session effect + step noise), the three normal with the given relative SDs
+    (symmetric, so the pooled population's median is truth_ms). Returns steps per session and each
+    session's machine."""
+    sessions, labels = [], []
+    for m in range(machines):
+        machine = sd_machine * rng.standard_normal()
+        for _ in range(sessions_per_machine):
+            session = sd_session * rng.standard_normal()
+            sessions.append(truth_ms * (1 + machine + session + sd_step * rng.standard_normal(steps)))
+            labels.append(m)
+    return sessions, labels
+
+
+def coverage(cfg, machines: int, sessions_per_machine: int, steps: int, sd_machine: float, sd_session: float, sd_step: float,
+             draws: int, seed: int = 0) -> dict:
+    """How often the interval of decodegap.analysis.stats.median_with_ci covers the true median over
+    simulated cells (hierarchical_cell), and its mean relative width."""
+    from decodegap.analysis.stats import median_with_ci
+
+    covered, widths = 0, []
+    for d in range(draws):
+        sessions, labels = hierarchical_cell(np.random.default_rng([seed, d]), machines, sessions_per_machine, steps,
+                                             sd_machine, sd_session, sd_step)
+        r = median_with_ci(sessions, cfg, np.random.default_rng([seed, d, 1]), labels)
+        covered += r["ci_low_ms"] <= 10.0 <= r["ci_high_ms"]
+        widths.append((r["ci_high_ms"] - r["ci_low_ms"]) / 10.0)
+    return {"coverage": covered / draws, "mean_rel_width": float(np.mean(widths)), "draws": draws}
 
 
 def benchmark_cells(n_cells: int, gpus=("h200", "h100-sxm5", "a100-80gb-sxm4", "l40s", "l4")) -> list[dict]:

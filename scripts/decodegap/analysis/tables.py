@@ -45,50 +45,64 @@ def _write(tex: str, out_tex, log: NumberLog, out_numbers) -> None:
     Path(out_numbers).write_text(json.dumps(log.entries, indent=1, sort_keys=True) + "\n")
 
 
+def _ms_with_ci(log: NumberLog, a: dict, cid: str, meta: dict, scope: str) -> Markup:
+    """'ms [lo, hi]', or 'ms' alone where the cell has no interval (one machine or one session)."""
+    ms = log.num(f"ms_per_step/{cid}/{scope}", a["median_ms"], 2, quantity="ms_per_step", **meta)
+    if a.get("ci_low_ms") is None:
+        return Markup(ms)
+    lo = log.num(f"ms_per_step_ci_low/{cid}/{scope}", a["ci_low_ms"], 2, quantity="ms_per_step_ci_low", **meta)
+    hi = log.num(f"ms_per_step_ci_high/{cid}/{scope}", a["ci_high_ms"], 2, quantity="ms_per_step_ci_high", **meta)
+    return Markup(f"{ms} [{lo}, {hi}]")
+
+
 def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, models: dict, out_tex, out_numbers) -> None:
-    """Rows model x ctx, column groups per mode; every configured cell appears, unmeasured ones as such."""
+    """Rows model x ctx, column groups per mode; every configured cell appears, unmeasured ones as such.
+    Each cell: the completed scope (stats.py), its interval over machines, and notes on what it rests on."""
     stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
     log = NumberLog(f"matrix_{gpu_key}")
     modes = list(dict.fromkeys(c["mode"] for c in plan_cells))
     notes, marks = [], _marks()
     rows = []
-    n_valid = 0
+    n_measured = 0
+    scope = "completed"
     row_keys = list(dict.fromkeys((c["model"], c["ctx"], c["attn"], c["quant"]) for c in plan_cells))
     for model, ctx, attn, quant in row_keys:
         cells = []
         for mode in modes:
             cid = _cell_id({"gpu": gpu_key, "model": model, "ctx": ctx, "attn": attn, "quant": quant, "mode": mode})
             s = stats.get(cid)
-            if s is None or s["status"] == "not measured" or not s.get("all"):
-                cells.append({"ms": NOT_MEASURED, "r": "", "tps": ""})
+            a = ((s or {}).get(scope) or {}).get("arms", {}).get(mode)
+            if s is None or not a:
+                text = NOT_MEASURED if s is None or s["status"] == "not measured" else "failed"
+                if s is not None and s["status"] != "not measured":
+                    mark = next(marks)
+                    notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: no completed session: "
+                                  + "; ".join(s["invalid_reasons"])})
+                    text = Markup(rf"failed\textsuperscript{{{mark}}}")
+                cells.append({"ms": text, "r": "", "tps": ""})
                 continue
-            scope = "valid" if s["status"] == "valid" else "all"
-            a = s[scope]["arms"][mode]
+            n_measured += 1
             meta = {"cell": s["cell"], "arm": mode, "scope": scope, "stats_file": s["_file"]}
-            ms = log.num(f"ms_per_step/{cid}/{scope}", a["median_ms"], 2, quantity="ms_per_step", **meta)
-            lo = log.num(f"ms_per_step_ci_low/{cid}/{scope}", a["ci_low_ms"], 2, quantity="ms_per_step_ci_low", **meta)
-            hi = log.num(f"ms_per_step_ci_high/{cid}/{scope}", a["ci_high_ms"], 2, quantity="ms_per_step_ci_high", **meta)
             r = log.num(f"r_floor/{cid}/{scope}", a["r_floor"], 3, quantity="r_floor", **meta)
             tps = log.num(f"tokens_per_s/{cid}/{scope}", a["tokens_per_s"], 1, quantity="tokens_per_s", **meta)
-            if scope == "valid":
-                n_valid += 1
-                sup = ""
-                if s["invalid_reasons"]:  # some sessions were excluded: say which and why
-                    mark = next(marks)
-                    notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: "
-                                  f"{s['n_valid']} of {s['n_sessions']} sessions valid; excluded " + "; ".join(s["invalid_reasons"])})
-                    sup = Markup(rf"\textsuperscript{{{mark}}}")
-                cells.append({"ms": Markup(f"{ms} [{lo}, {hi}]{sup}{_host_nominal(log, s, mode, cid)}"), "r": r, "tps": tps})
-            else:
+            said = []
+            if a.get("no_ci_reason"):
+                said.append(f"no interval ({a['no_ci_reason']})")
+            if s["n_valid"] < s["n_completed"]:  # the stability rule would drop some: say how many, not which way
+                said.append(f"{s['n_valid']} of {s['n_completed']} sessions within the stability rule; outside it "
+                            + "; ".join(s["invalid_reasons"]))
+            sup = ""
+            if said:
                 mark = next(marks)
-                notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: " + "; ".join(s["invalid_reasons"])})
+                notes.append({"mark": mark, "text": f"{models[model]['display_name']}, ctx {ctx}, {mode}: {a['n_sessions']} sessions on "
+                              f"{a['n_machines']} machine(s); " + "; ".join(said)})
                 sup = Markup(rf"\textsuperscript{{{mark}}}")
-                cells.append({"ms": Markup(f"({ms}){sup}{_host_nominal(log, s, mode, cid)}"), "r": Markup(f"({r})"), "tps": Markup(f"({tps})")})
+            cells.append({"ms": Markup(f"{_ms_with_ci(log, a, cid, meta, scope)}{sup}{_host_nominal(log, s, mode, cid)}"), "r": r, "tps": tps})
         rows.append({"model": models[model]["display_name"], "ctx": ctx, "cells": cells})
     b_peak = Markup(rf"{gpu['b_peak_Bps'] / 1e9:.0f}\,GB/s")
     tex = environment().get_template("matrix.tex.j2").render(
         gpu_name=gpu["display_name"], gpu_key=gpu_key, modes=modes, rows=rows, notes=notes,
-        n_valid=n_valid, n_cells=len(row_keys) * len(modes), b_peak=b_peak,
+        n_measured=n_measured, n_cells=len(row_keys) * len(modes), b_peak=b_peak,
     )
     _write(tex, out_tex, log, out_numbers)
 
@@ -102,18 +116,18 @@ def _host_nominal(log: NumberLog, s: dict, arm: str, cid: str) -> Markup | str:
     return Markup(f"; HN {log.num(f'ms_per_step/{cid}/host_nominal', a['median_ms'], 2, quantity='ms_per_step', **meta)}")
 
 
-def _ci_text(log, quantity: str, cid: str, ci, meta) -> Markup | str:
-    """'[low, high]' for a speedup interval; quantity is speedup_percentile or speedup_bca."""
+def _ci_text(log, quantity: str, cid: str, ci, meta, digits: int = 3) -> Markup | str:
+    """'[low, high]' for an interval; '--' without one."""
     if not ci:
         return "--"
     scope = meta["scope"]
-    lo = log.num(f"{quantity}_low/{cid}/{scope}", ci[0], 3, quantity=f"{quantity}_low", **meta)
-    hi = log.num(f"{quantity}_high/{cid}/{scope}", ci[1], 3, quantity=f"{quantity}_high", **meta)
+    lo = log.num(f"{quantity}_low/{cid}/{scope}", ci[0], digits, quantity=f"{quantity}_low", **meta)
+    hi = log.num(f"{quantity}_high/{cid}/{scope}", ci[1], digits, quantity=f"{quantity}_high", **meta)
     return Markup(f"[{lo}, {hi}]")
 
 
-SCOPES = ("valid", "all", "host_nominal")  # stats.py's scopes, in the order the tables list them
-SCOPE_LABEL = {"valid": "valid", "all": "all", "host_nominal": "host-nominal"}
+SCOPES = ("completed", "valid", "host_nominal")  # stats.py's scopes, in the order the tables list them
+SCOPE_LABEL = {"completed": "completed", "valid": "stability rule", "host_nominal": "host-nominal"}
 
 
 def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
@@ -134,11 +148,11 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
                 "gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
                 "ctx": s["cell"]["ctx"], "arms": f"{arms[0]} / {arms[1]}", "scope": SCOPE_LABEL[scope],
                 "n": log.num(f"n_sessions/{cid}/{scope}", sp["n_sessions"], 0, quantity="n_sessions", **meta),
+                "m": log.num(f"n_machines/{cid}/{scope}", sp["n_machines"], 0, quantity="n_machines", **meta),
                 "a": log.num(f"ms_per_step/{cid}/{arms[0]}/{scope}", a["median_ms"], 2, quantity="ms_per_step", arm=arms[0], **meta),
                 "b": log.num(f"ms_per_step/{cid}/{arms[1]}/{scope}", b["median_ms"], 2, quantity="ms_per_step", arm=arms[1], **meta),
                 "speedup": log.num(f"speedup/{cid}/{scope}", sp["estimate"], 3, quantity="speedup", **meta),
-                "pct": _ci_text(log, "speedup_percentile", cid, sp.get("percentile"), meta),
-                "bca": _ci_text(log, "speedup_bca", cid, sp.get("bca"), meta),
+                "ci": _ci_text(log, "speedup_ci", cid, sp.get("ci"), meta) if sp.get("ci") else f"none ({sp.get('no_ci_reason')})",
             })
     published = []
     for f in reference:
@@ -153,14 +167,25 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
             "model": models.get(f["model"], {}).get("display_name", f["model"]) if f.get("model") else "unstated",
             "ctx": f.get("ctx") or "unstated", "arms": " / ".join(str(f["mode"])[3:].split("-")), "what": "published", "n": n["value"] if n else "--",
             "speedup": fmt(f["value"], 3),
-            "pct": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
+            "ci": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
             "ratio": fmt(ours / f["value"], 3) if ours is not None else note,
         })
     from decodegap.analysis.stats import StatsConfig
 
-    factor = next((s["config"]["host_nominal_factor"] for s in stats if "host_nominal_factor" in s.get("config", {})), StatsConfig.host_nominal_factor)
-    tex = environment().get_template("ab.tex.j2").render(rows=rows, published=published, host_nominal_factor=factor)
+    cfg = next((s["config"] for s in stats if "host_nominal_factor" in s.get("config", {})), {})
+    tex = environment().get_template("ab.tex.j2").render(
+        rows=rows, published=published, host_nominal_factor=cfg.get("host_nominal_factor", StatsConfig.host_nominal_factor),
+        method=_method_text(cfg))
     _write(tex, out_tex, log, out_numbers)
+
+
+def _method_text(cfg: dict) -> str:
+    """How the intervals were made, from the settings the statistics recorded."""
+    levels = cfg.get("levels") or ["machines"]
+    what = "machines (their sessions and steps intact)" if levels == ["machines"] else ", then ".join(levels)
+    how = ("Student-t on the bootstrap standard error, U$-$1 degrees of freedom for U replicates"
+           if cfg.get("interval", "student-t") == "student-t" else "bootstrap percentiles")
+    return Markup(rf"95\,\% intervals: bootstrap resampling {escape(what)}; {how}")
 
 
 QUANTITY_LABEL = {
@@ -179,7 +204,7 @@ def published_table(stats_files, reference: list[dict], gpus: dict, models: dict
         ours, s, note = reproduced(f, stats)
         digits = 0 if f["quantity"] == "n_sessions" else 3 if f["quantity"] != "ms_per_step" else 2
         if ours is not None:
-            meta = {"cell": s["cell"], "scope": "valid", "stats_file": s["_file"], "published_key": f["key"], "published_value": f["value"]}
+            meta = {"cell": s["cell"], "scope": "completed", "stats_file": s["_file"], "published_key": f["key"], "published_value": f["value"]}
             rep = log.num(f"{f['key']}/reproduced", ours, digits, quantity=f["quantity"], **meta)
             ratio = log.num(f"{f['key']}/ratio", ours / f["value"], 3, quantity="ratio_to_published", reproduces=f["quantity"], **meta)
         else:
@@ -219,13 +244,13 @@ def anatomy_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -
         if r["flagged"]:
             flagged.append(f"{models[r['model']]['display_name']}, ctx {r['ctx']}: {', '.join(r['flagged'])}")
         rows.append(row)
-    note = ("From sessions flagged invalid (no valid session): " + "; ".join(flagged) + ".") if flagged else ""
+    note = ("Op by op over all completed steps (sessions without the host CPU probe): " + "; ".join(flagged) + ".") if flagged else ""
     tex = environment().get_template("anatomy.tex.j2").render(rows=rows, flagged_note=note)
     _write(tex, out_tex, log, out_numbers)
 
 
 def cost_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
-    """$/M tokens of every valid measured cell on a priced GPU, the paper's step times at the same
+    """$/M tokens of every measured cell (completed sessions) on a priced GPU, the paper's step times at the same
     prices, and the paper's 'about 6x cheaper' claim checked from its own step times."""
     from decodegap.analysis.stats import cost_per_mtok
 
@@ -233,13 +258,13 @@ def cost_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
     rows = []
     for s in load_stats(stats_files):
         price = gpus[s["cell"]["gpu"]].get("price_usd_per_hour")
-        if not price or s["status"] != "valid":
+        if not price or not (s.get("completed") or {}).get("arms"):
             continue
         cid = _cell_id(s["cell"])
-        for arm, a in s["valid"]["arms"].items():
+        for arm, a in s["completed"]["arms"].items():
             if not a:
                 continue
-            meta = {"cell": s["cell"], "arm": arm, "scope": "valid", "stats_file": s["_file"]}
+            meta = {"cell": s["cell"], "arm": arm, "scope": "completed", "stats_file": s["_file"]}
             rows.append({"what": "measured", "gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
                          "ctx": s["cell"]["ctx"], "mode": f"{arm} ({s['cell']['mode']})" if arm != s["cell"]["mode"] else arm,
                          "ms": log.num(f"ms_per_step/{cid}/{arm}", a["median_ms"], 2, quantity="ms_per_step", **meta),
@@ -278,12 +303,12 @@ def host_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
     log = NumberLog("host")
     rows, eager_models = [], []
     for s in stats:
-        for arm, a in ((s.get("all") or {}).get("arms") or {}).items():
+        for arm, a in ((s.get("completed") or {}).get("arms") or {}).items():
             m = (a or {}).get("host_model")
             if not m:
                 continue
             cid = f"{_cell_id(s['cell'])}/{arm}"
-            meta = {"cell": s["cell"], "arm": arm, "scope": "all", "stats_file": s["_file"]}
+            meta = {"cell": s["cell"], "arm": arm, "scope": "completed", "stats_file": s["_file"]}
 
             def num(field, digits, m=m, cid=cid, meta=meta):
                 return log.num(f"{field}/{cid}", m[field], digits, quantity=f"host_model:{field}", **meta)
@@ -320,6 +345,133 @@ def host_table(stats_files, reference: list[dict], gpus: dict, models: dict, out
     _write(tex, out_tex, log, out_numbers)
 
 
+def _pct(x):
+    return None if x is None else 100.0 * x
+
+
+def sensitivity_table(stats_files, gpus: dict, models: dict, headline: dict, out_tex, out_numbers) -> None:
+    """Does the headline move with the estimator or the validity filters? For every A/B cell, each
+    speedup estimator with its interval; for every A/B cell and the headline model and context's
+    single-mode cells, the estimate as the stability limit and the host-nominal factor move."""
+    from decodegap.analysis.stats import ESTIMATORS
+
+    log = NumberLog("sensitivity")
+    estimators, filters = [], []
+    for s in sorted(load_stats(stats_files), key=lambda s: s["_file"]):
+        c = s["cell"]
+        is_ab = s["kind"] == "ab"
+        if not is_ab and not (c["model"] == headline["headline_model"] and c["ctx"] == headline["headline_ctx"]):
+            continue
+        cid = _cell_id(c)
+        label = f"{gpus[c['gpu']]['display_name']}, {models[c['model']]['display_name']}, ctx {c['ctx']}, {c['mode']}"
+        sp = (s.get("completed") or {}).get("speedup")
+        if sp:
+            for name in ESTIMATORS:
+                e = sp["estimators"].get(name)
+                if not e:
+                    continue
+                meta = {"cell": c, "scope": "completed", "stats_file": s["_file"]}
+                est = log.num(f"estimator/{name}/{cid}", e["estimate"], 3, quantity=f"speedup_estimator:{name}:estimate", **meta)
+                ci = ("--" if not e["ci"] else Markup(
+                    f"[{log.num(f'estimator/{name}/ci_low/{cid}', e['ci'][0], 3, quantity=f'speedup_estimator:{name}:ci_low', **meta)}, "
+                    f"{log.num(f'estimator/{name}/ci_high/{cid}', e['ci'][1], 3, quantity=f'speedup_estimator:{name}:ci_high', **meta)}]"))
+                estimators.append({"cell": label, "estimator": e["label"] + (" (headline)" if name == "geomean" else ""), "estimate": est, "ci": ci,
+                                   "n": sp["n_sessions"], "m": sp["n_machines"]})
+        for filt, field, unit in (("stability", "limit", "rel. stdev <"), ("host_nominal", "factor", "probe <= x fast tail")):
+            for row in (s.get("sensitivity") or {}).get(filt, []):
+                targets = [(None, row["speedup"])] if is_ab else [(c["mode"], row["arms"].get(c["mode"]))]
+                for arm, t in targets:
+                    if not t:
+                        continue
+                    threshold = row[field]
+                    shown = "none" if threshold is None else (f"{100 * threshold:.0f} %" if filt == "stability" else f"{threshold:.2f}")
+                    meta = {"cell": c, "scope": "completed", "stats_file": s["_file"], "arm": arm, "threshold_field": field, "threshold": threshold}
+                    key = f"{filt}/{'none' if threshold is None else threshold}/{cid}"
+                    value = t["estimate"] if arm is None else t["median_ms"]
+                    lo, hi = (t.get("ci") or [None, None]) if arm is None else (t["ci_low_ms"], t["ci_high_ms"])
+                    digits = 3 if arm is None else 2
+                    est = log.num(f"{key}/estimate", value, digits, quantity=f"sensitivity:{filt}:estimate", **meta)
+                    ci = ("none (" + str(t.get("no_ci_reason")) + ")" if lo is None else Markup(
+                        f"[{log.num(f'{key}/ci_low', lo, digits, quantity=f'sensitivity:{filt}:ci_low', **meta)}, "
+                        f"{log.num(f'{key}/ci_high', hi, digits, quantity=f'sensitivity:{filt}:ci_high', **meta)}]"))
+                    filters.append({"cell": label, "what": "speedup" if arm is None else "ms/step",
+                                    "filter": "stability rule" if filt == "stability" else "host-nominal", "rule": unit, "threshold": shown,
+                                    "n": t["n_sessions"], "m": t["n_machines"], "estimate": est, "ci": ci})
+    tex = environment().get_template("sensitivity.tex.j2").render(estimators=estimators, filters=filters)
+    _write(tex, out_tex, log, out_numbers)
+
+
+def variance_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """Where each cell's spread lives: machine, session and step standard deviations (% of the
+    median), from the completed sessions (stats.variance_components)."""
+    log = NumberLog("variance")
+    rows = []
+    for s in sorted(load_stats(stats_files), key=lambda s: s["_file"]):
+        sc = s.get("completed") or {}
+        cid = _cell_id(s["cell"])
+        targets = [(arm, a, a["median_ms"] if a else None) for arm, a in (sc.get("arms") or {}).items()]
+        if sc.get("speedup"):
+            targets.append((None, sc["speedup"], None))
+        for arm, a, median in targets:
+            if not a or not a.get("variance") or a["variance"]["n_sessions"] < 2:
+                continue
+            v = a["variance"]
+            meta = {"cell": s["cell"], "arm": arm, "scope": "completed", "stats_file": s["_file"]}
+            name = arm or "speedup"
+
+            def num(field, v=v, median=median, meta=meta, name=name):
+                value = v[field]
+                if value is None:
+                    return "--"
+                scale = 100.0 / median if median else 100.0  # % of the median; log ratios are relative already
+                return log.num(f"{field}/{cid}/{name}", value * scale, 2, quantity=f"variance:{field}", scale=scale, **meta)
+
+            rows.append({"gpu": gpus[s["cell"]["gpu"]]["display_name"], "model": models[s["cell"]["model"]]["display_name"],
+                         "ctx": s["cell"]["ctx"], "cell": s["cell"]["mode"], "what": f"{arm} ms/step" if arm else "speedup (log ratio)",
+                         "n": v["n_sessions"], "m": v["n_machines"], "machine": num("machine_sd_ms"), "session": num("session_sd_ms"),
+                         "step": num("step_sd_ms") if arm else "--",
+                         "share": fmt(_pct(v["machine_share"]), 0) if v["machine_share"] is not None else "--"})
+    tex = environment().get_template("variance.tex.j2").render(rows=rows)
+    _write(tex, out_tex, log, out_numbers)
+
+
+def floors_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """R in its three forms for every measured single-mode cell: against the datasheet bandwidth with
+    all weights (the paper's), without the input embedding table (a step gathers one row of it), and
+    against the copy ceiling measured in the session."""
+    log = NumberLog("floors")
+    groups: dict[tuple, dict] = {}
+    for s in sorted(load_stats(stats_files), key=lambda s: s["_file"]):
+        if s["kind"] != "single":
+            continue
+        a = ((s.get("completed") or {}).get("arms") or {}).get(s["cell"]["mode"])
+        if a:
+            c = s["cell"]
+            groups.setdefault((c["gpu"], c["model"], c["ctx"], c["attn"], c["quant"]), {})[c["mode"]] = (s, a)
+    modes = [m for m in ("eager", "static", "graphed") if any(m in g for g in groups.values())]
+    rows = []
+    for (gpu, model, ctx, attn, quant), by_mode in sorted(groups.items()):
+        s0, a0 = next(iter(by_mode.values()))
+        meta0 = {"cell": s0["cell"], "arm": s0["cell"]["mode"], "scope": "completed", "stats_file": s0["_file"]}
+        gid = f"{gpu}/{model}/ctx{ctx}/{attn}_{quant}"
+        row = {"gpu": gpus[gpu]["display_name"], "model": models[model]["display_name"], "ctx": ctx,
+               **{k: log.num(f"{q}/{gid}", a0[q], 2, quantity=q, **meta0) if a0.get(q) is not None else "--"
+                  for k, q in (("floor", "t_floor_ms"), ("floor_noemb", "t_floor_no_embedding_ms"), ("ceiling", "t_ceiling_ms"))},
+               "cells": []}
+        for m in modes:
+            if m not in by_mode:
+                row["cells"] += ["--"] * 3
+                continue
+            s, a = by_mode[m]
+            cid = _cell_id(s["cell"])
+            meta = {"cell": s["cell"], "arm": m, "scope": "completed", "stats_file": s["_file"]}
+            row["cells"] += [log.num(f"{q}/{cid}", a[q], 3, quantity=q, **meta) if a.get(q) is not None else "--"
+                             for q in ("r_floor", "r_floor_no_embedding", "r_ceiling")]
+        rows.append(row)
+    tex = environment().get_template("floors.tex.j2").render(rows=rows, modes=modes)
+    _write(tex, out_tex, log, out_numbers)
+
+
 def step_model_numbers(stats_list: list[dict]) -> tuple[dict, dict]:
     """The step model of one GPU's cells: ({quantity: value}, details for the table). Quantities:
     coef/<term>, <scheme>/<mode>/{median_abs,max_abs} with scheme in_sample, ctx, model."""
@@ -351,8 +503,8 @@ def model_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) -> 
         except (ValueError, KeyError, IndexError):  # too few cells of this GPU to fit anything
             continue
         # every cell of the GPU feeds the fit (observations, and kernel counts imputed from other cells)
-        inputs = {s["_file"]: {"stats_file": s["_file"], "scope": "all", "arm": None} for s in mine}
-        meta = {"cell": {"gpu": gpu, "model": "*", "ctx": 0, "attn": "*", "quant": "*", "mode": "*"}, "scope": "all",
+        inputs = {s["_file"]: {"stats_file": s["_file"], "scope": "completed", "arm": None} for s in mine}
+        meta = {"cell": {"gpu": gpu, "model": "*", "ctx": 0, "attn": "*", "quant": "*", "mode": "*"}, "scope": "completed",
                 "stats_file": next(iter(inputs.values()))["stats_file"], "inputs": inputs}
 
         def num(name, value, digits, scale=1.0):  # scale: the unit shown (TB/s, %), which recompute applies too

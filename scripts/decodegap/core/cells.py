@@ -213,7 +213,7 @@ class Plan:
         return [c.stats for c in self.analysed(list(self.ab))]
 
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "anatomy", "host", "model", "cost", "published"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:

@@ -176,6 +176,16 @@ def cpu_time_counters() -> dict:
     return out
 
 
+def boot_id() -> str | None:
+    """This host's boot id (Linux): a lent GPU that comes back on a rebooted or another host is
+    another machine, though its UUID is the same."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def static_environment(device: str) -> dict:
     import torch
 
@@ -183,6 +193,7 @@ def static_environment(device: str) -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
+        "boot_id": boot_id(),  # with the GPU UUID, names the machine (the statistics' top level)
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "libraries": library_versions(),
