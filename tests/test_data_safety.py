@@ -7,6 +7,7 @@ H200 sessions bundled under results/raw/, as whatever user runs the tests (root 
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -249,3 +250,16 @@ def test_derived_numbers_of_the_bundled_report_recompute_from_their_raw_files(bu
     doc = json.loads((bundled_report / "report/provenance.json").read_text())["numbers"]
     model_files = {r["path"] for r in doc["model/h200/coef/c_launch_host"]["raw_files"]}
     assert len({p.rsplit("/", 1)[0] for p in model_files}) >= 20  # the fit rests on every measured H200 cell
+
+
+def test_readme_headline_matches_the_report_it_comes_from():
+    """The README's launch-tax sentence quotes the A/B table's headline scope (completed sessions),
+    its estimator's value, interval, sessions and machines as the bundled report renders them."""
+    numbers = dict(line.split("\t")[:2] for line in (REPO / "tests/data/bundled_report_numbers.tsv").read_text().splitlines() if "\t" in line)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for model, display in (("qwen2.5-7b", "Qwen-2.5-7B"), ("mistral-7b-v0.3", "Mistral-7B-v0.3"), ("llama-3.1-8b", "Llama-3.1-8B")):
+        cid = f"h200/{model}/ctx2048/sdpa_bf16_ab-static-graphed/completed"
+        speedup, lo, hi = (float(numbers[f"ab/{q}/{cid}"]) for q in ("speedup", "speedup_ci_low", "speedup_ci_high"))
+        n, m = numbers[f"ab/n_sessions/{cid}"], numbers[f"ab/n_machines/{cid}"]
+        said = rf"{speedup:.2f}x (faster )?for {re.escape(display)} \({n} (sessions )?on {m}( machines)?, (95 % CI )?{lo:.2f} to {hi:.2f}\)"
+        assert re.search(said, readme), (display, said)

@@ -70,11 +70,14 @@ def rules() -> dict[str, str]:
     return {name: body.split("\n\n\n")[0] for name, body in zip(parts[1::2], parts[2::2])}
 
 
-def test_every_rule_but_measure_is_local_and_every_job_has_its_log():
+GPU_RULES = {"environment", "measure"}  # the only jobs that run on a GPU type (a cluster's nodes)
+
+
+def test_every_rule_but_the_gpu_stages_is_local_and_every_job_has_its_log():
     found = rules()
-    assert {"measure", "cell", "aggregate_all", "paper_tables", "provenance", "all"} <= set(found)
+    assert {"environment", "measure", "cell", "aggregate_all", "paper_tables", "provenance", "all"} <= set(found)
     for name, body in found.items():
-        assert ("localrule: True" in body) == (name != "measure"), f"rule {name}: only measure may go to a cluster"
+        assert ("localrule: True" in body) == (name not in GPU_RULES), f"rule {name}: only {sorted(GPU_RULES)} may go to a cluster"
         if name != "all":
             assert re.search(r"^    log:\n", body, re.M), f"rule {name} names no log"
 

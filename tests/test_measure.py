@@ -40,6 +40,12 @@ def test_fresh_process_session_end_to_end(tmp_path):
     assert probes > 0 and len(arm["timed"]["cpu_probe_before_ms"]) == len(arm["timed"]["cpu_probe_after_ms"]) == 40
     for snap in ("host_start", "host_before_timed", "host_end"):
         assert {"steal_s", "run_delay_ms", "cpu_affinity"} <= set(rec["environment"][snap])  # None where the kernel hides them
+    # the machine the statistics resample: this host's boot (the GPU's UUID where there is one)
+    from decodegap.analysis.aggregate import machine_id
+
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        assert rec["environment"]["boot_id"] == f.read().strip()
+    assert machine_id(rec["environment"]).endswith("/" + rec["environment"]["boot_id"])
     floor = rec["floor"]
     assert floor["param_count"] == CARD.param_count()
     assert floor["weight_bytes"] == 2 * CARD.param_count()

@@ -19,11 +19,18 @@ def pyproject_pins() -> dict[str, str]:
     return dict(r.split("==") for r in reqs)
 
 
+def requirement_lines(path) -> list[str]:
+    return [line.split("#")[0].strip() for line in path.read_text().splitlines() if line.split("#")[0].strip()]
+
+
 def conda_pins(name: str) -> dict[str, str]:
     env = yaml.safe_load((REPO / "envs" / name).read_text())
     pins = {}
     for dep in env["dependencies"]:
-        for item in (dep["pip"] if isinstance(dep, dict) else [dep]):
+        items = dep["pip"] if isinstance(dep, dict) else [dep]
+        # `-r file` (relative to the environment file): the pinned list a GPU machine gets as wheels
+        items = [x for item in items for x in (requirement_lines(REPO / "envs" / item.split()[1]) if item.startswith("-r ") else [item])]
+        for item in items:
             m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*==?\s*([^\s=]+)", item)
             assert m, f"envs/{name}: {item!r} is not pinned to one version"
             pins[CONDA_NAMES.get(m.group(1), m.group(1))] = m.group(2)
@@ -63,3 +70,15 @@ def test_readme_names_the_pinned_versions():
     assert f"torch=={torch_cpu}" in (REPO / ".ci/run").read_text()
     measure = conda_pins("measure.yaml")
     assert f"transformers {measure['transformers']}" in readme and f"torch {measure['torch']}" in readme
+
+
+def test_measure_packages_are_one_list_for_the_cluster_and_the_offline_gpu():
+    """envs/measure.yaml installs envs/measure-requirements.txt, and the README's offline recipe
+    downloads and installs that same file."""
+    env = yaml.safe_load((REPO / "envs/measure.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip == ["-r measure-requirements.txt"]
+    pins = requirement_lines(REPO / "envs/measure-requirements.txt")
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[^\s=]+", p) for p in pins)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "pip download -r envs/measure-requirements.txt" in readme and "--no-index --find-links" in readme

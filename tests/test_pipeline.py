@@ -62,6 +62,8 @@ def test_lineage_of_a_random_number_reproduces_it_from_the_raw_files(built_works
             assert "reproduces" in out
             for r in doc["numbers"][key]["raw_files"]:
                 assert r["path"] in out
+                assert r["environment_record"] == {"path": "synthetic", "sha256": "0" * 64}  # the stage each session ran under
+            assert "environment record synthetic  sha256 0000000000000000" in out
     finally:
         os.chdir(cwd)
 

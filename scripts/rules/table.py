@@ -17,6 +17,8 @@ def body():
         tables.model_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "cost":
         tables.cost_table(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+    elif p.name == "environment":
+        tables.environment_table(snakemake.input.records, p.gpus, out.tex, out.numbers)
     elif p.name == "sensitivity":
         tables.sensitivity_table(snakemake.input.stats, p.gpus, p.models, p.headline, out.tex, out.numbers)
     elif p.name == "variance":

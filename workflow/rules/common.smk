@@ -58,6 +58,12 @@ ANALYSIS_CODE = sorted(
     )
     for p in Path(workflow.basedir).glob(pattern)
 )
+# What defines a GPU type's environment stage besides its pinned packages: the stage and the path
+# registries it checks (an input of the environment rule; the analysis code is not).
+ENVIRONMENT_CODE = [
+    repo_path(f"scripts/decodegap/measure/{name}.py")
+    for name in ("setup", "attention", "weights", "environment")
+]
 FIGURE_CAPTIONS = {
     "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
     "context": "Step time against context length per GPU, model and decode mode (median and 95 % bootstrap interval; crosses: sessions flagged invalid).",
@@ -135,3 +141,17 @@ def measure_partition(wildcards):
 
 def measure_constraint(wildcards):
     return gpu_resource(wildcards, "constraint")  # None: no -C flag
+
+
+def ruled_out(wildcards, input):
+    """Why the GPU type's environment record rules this cell out (None: it runs). Read when the job
+    is about to be submitted, once the environment stage has written the record."""
+    from decodegap.measure.setup import read_record, ruled_out as reason
+
+    return reason(
+        read_record(input.env), wildcards.attn, wildcards.quant, wildcards.mode
+    )
+
+
+def measure_gpus(wildcards, input):
+    return 0 if ruled_out(wildcards, input) else 1

@@ -239,3 +239,26 @@ rule table_floors:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_environment:
+    input:
+        code=ANALYSIS_CODE,
+        records=PLAN.environment_records(),
+    output:
+        tex=report(
+            paths.table_tex("environment"),
+            caption="../report/environment.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("environment"),
+    log:
+        paths.log("tables", "environment"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="environment",
+        gpus=GPU_TABLE,
+    script:
+        "../../scripts/rules/table.py"

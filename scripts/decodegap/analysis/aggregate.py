@@ -73,6 +73,8 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("machine", pa.string(), nullable=False),
         pa.field("gpu_uuid", pa.string()),
         pa.field("boot_id", pa.string()),
+        pa.field("environment_record", pa.string()),  # the GPU type's environment record the session ran under
+        pa.field("environment_sha256", pa.string()),
         pa.field("gpu_name", pa.string()),
         pa.field("driver", pa.string()),
         pa.field("torch", pa.string()),
@@ -152,6 +154,8 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
         "machine": machine_id(env),
         "gpu_uuid": (env.get("gpu") or {}).get("uuid"),
         "boot_id": env.get("boot_id"),
+        "environment_record": (env.get("environment_record") or {}).get("path"),
+        "environment_sha256": (env.get("environment_record") or {}).get("sha256"),
         "gpu_name": (env.get("gpu") or {}).get("name") or env.get("device_type"),
         "driver": (env.get("gpu") or {}).get("driver"),
         "torch": env["libraries"].get("torch"),

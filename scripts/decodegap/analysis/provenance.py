@@ -74,6 +74,7 @@ def _raw_files(stats: dict, entry: dict) -> list[dict]:
     return [
         {"path": s["raw_path"], "sha256": s["raw_sha256"], "session": s["session"], "status": s["status"],
          "environment": {k: s[k] for k in ("gpu_name", "driver", "torch", "transformers")},
+         "environment_record": {"path": s.get("environment_record"), "sha256": s.get("environment_sha256")} if s.get("environment_record") else None,
          "code": {"commit": s["code_commit"], "dirty": s["code_dirty"]}, "started_utc": s["started_utc"]}
         for s in stats["sessions"] if s["session"] in used
     ]
@@ -227,6 +228,9 @@ def lineage(doc: dict, key: str, do_recompute: bool = False) -> int:
         env, code = r["environment"], r["code"]
         print(f"    {r['path']}  sha256 {r['sha256'][:16]}... {ok}  [{r['status']}] {env['gpu_name']}, driver {env['driver']}, "
               f"torch {env['torch']}, transformers {env['transformers']}, code {code['commit']}{' (dirty)' if code['dirty'] else ''}")
+        rec = r.get("environment_record")
+        if rec:  # the GPU type's environment stage the session ran under
+            print(f"      environment record {rec['path']}  sha256 {rec['sha256'][:16]}...")
     print(f"  analysis code {doc['analysis_code']['commit']} (sources {doc['analysis_code']['sources_sha256'][:16]}...)")
     if do_recompute:
         value, text = recompute(entry)

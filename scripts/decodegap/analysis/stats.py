@@ -467,10 +467,11 @@ def _session_list(sessions: pd.DataFrame) -> list[dict]:
         return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
 
     firsts = sessions.sort_values(["session", "arm"]).groupby("session", observed=True).first().reset_index()
-    fields = ("status", "reasons", "raw_path", "raw_sha256", "gpu_name", "driver", "torch", "transformers", "code_commit", "started_utc")
+    fields = ("status", "reasons", "raw_path", "raw_sha256", "gpu_name", "driver", "torch", "transformers", "code_commit", "started_utc",
+              "environment_record", "environment_sha256")
     out = []
     for r in firsts.to_dict("records"):
-        entry = {"session": int(r["session"]), **{k: value(r[k]) for k in fields}}
+        entry = {"session": int(r["session"]), **{k: value(r.get(k)) for k in fields}}
         dirty = value(r["code_dirty"])
         entry["code_dirty"] = None if dirty is None else bool(dirty)
         out.append(entry)

@@ -60,6 +60,7 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
             "synthetic": True, "python": "synthetic", "cpu_model": "synthetic", "libraries": {"torch": "synthetic", "transformers": "synthetic"},
             "device_type": "synthetic", "gpu": {"name": "synthetic", "driver": "synthetic", "uuid": f"synthetic-{session % 3}"},
             "gpu_start": None, "gpu_before_timed": None, "gpu_end": None, "gpu_processes": [],
+            "environment_record": {"path": "synthetic", "sha256": "0" * 64, "definition_sha256": "0" * 64},
         },
         code={"commit": "synthetic", "dirty": False, "commit_origin": "synthetic", "sources_sha256": "0" * 64, "files": {}},
         time={"started_utc": "2026-01-01T00:00:00+00:00", "finished_utc": "2026-01-01T00:00:01+00:00", "duration_s": 1.0, "phases_s": {}},

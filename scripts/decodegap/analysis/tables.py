@@ -472,6 +472,31 @@ def floors_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) ->
     _write(tex, out_tex, log, out_numbers)
 
 
+def environment_table(record_files, gpus: dict, out_tex, out_numbers) -> None:
+    """GPU type x path: runs (with the kernel's package version), or the reason it does not, from
+    each GPU type's environment record (decodegap.measure.setup)."""
+    log = NumberLog("environment")
+    rows, stacks = [], []
+    for f in sorted(record_files):
+        with open(f) as fh:
+            r = json.load(fh)
+        name = gpus.get(r["gpu"], {}).get("display_name", r["gpu"])
+        libs = r.get("libraries") or {}
+        stacks.append({"gpu": name, "file": Path(f).as_posix(), "created": r.get("created_utc", "--"), "driver": r.get("driver") or "--",
+                       "cuda": r.get("cuda") or "--", "torch": libs.get("torch") or "--", "transformers": libs.get("transformers") or "--",
+                       "device": (r.get("gpu_device") or {}).get("name") or r.get("device", "--")})
+        for path, a in sorted((r.get("attention") or {}).items()):
+            for form, c in sorted(a["checks"].items()):
+                rows.append({"gpu": name, "kind": "attention", "path": path, "form": f"{form} cache",
+                             "package": f"{a['package']} {a.get('version') or '?'}",
+                             "runs": "yes" if c["runs"] else "no", "reason": c["reason"] or ""})
+        for path, w in sorted((r.get("weights") or {}).items()):
+            rows.append({"gpu": name, "kind": "weights", "path": path, "form": "GEMV", "package": f"{w['package']} {w.get('version') or '?'}",
+                         "runs": "yes" if w["runs"] else "no", "reason": w["reason"] or ""})
+    tex = environment().get_template("environment.tex.j2").render(rows=rows, stacks=stacks)
+    _write(tex, out_tex, log, out_numbers)
+
+
 def step_model_numbers(stats_list: list[dict]) -> tuple[dict, dict]:
     """The step model of one GPU's cells: ({quantity: value}, details for the table). Quantities:
     coef/<term>, <scheme>/<mode>/{median_abs,max_abs} with scheme in_sample, ctx, model."""

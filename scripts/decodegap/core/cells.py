@@ -182,6 +182,20 @@ class Plan:
         recorded = {paths.parse_session_path(p)["session"] for p in self.existing_sessions(cell)}
         return [s for s in range(self.wanted.get(cell, 0)) if s not in recorded]
 
+    def environment_paths(self, gpu: str) -> tuple[list[str], list[str]]:
+        """The attention and weight paths the config names for a GPU type: what its environment
+        stage checks."""
+        cells = [c for c in self.cells() if c.gpu == gpu]
+        return sorted({c.attn for c in cells}), sorted({c.quant for c in cells})
+
+    def environment_records(self) -> list[str]:
+        """The environment records the report's table shows: every one already written, and, when
+        measuring, the record of each GPU type with sessions to measure."""
+        written = {p.relative_to(self.root).as_posix() for p in sorted((self.root / paths.ENVIRONMENT_ROOT).glob("*.json"))}
+        if self.measure:
+            written |= {paths.ENVIRONMENT_RECORD.format(gpu=c.gpu) for c in self.cells() if self.missing_sessions(c)}
+        return sorted(written)
+
     def receipts(self, cell: Cell) -> list[str]:
         """The measure rule's outputs for a cell: one receipt per missing session."""
         return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
@@ -213,7 +227,7 @@ class Plan:
         return [c.stats for c in self.analysed(list(self.ab))]
 
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:

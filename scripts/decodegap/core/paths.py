@@ -39,6 +39,9 @@ RAW_ROOT = "results/raw"
 RAW_SESSION = RAW_ROOT + "/" + CELL + "/s{session}.json"
 RECEIPT_ROOT = "results/receipts"
 MEASURE_RECEIPT = RECEIPT_ROOT + "/" + CELL + "/s{session}.json"
+# The environment stage's record of one GPU type (python -m decodegap.measure.setup).
+ENVIRONMENT_ROOT = "results/environment"
+ENVIRONMENT_RECORD = ENVIRONMENT_ROOT + "/{gpu}.json"
 # The manifest of every file under results/raw/ (sha256sum format), committed with the data.
 MANIFEST = "results/raw.sha256"
 CELL_SESSIONS = "results/cells/" + CELL + "/sessions.parquet"

@@ -18,6 +18,7 @@ class AttentionPath:
     name: str
     attn_implementation: str  # transformers' attn_implementation
     sdpa_backend: str | None = None  # name of a torch.nn.attention.SDPBackend member, or None
+    package: str = "torch"  # the distribution that ships the kernel: its version goes in the environment record
 
     def context(self):
         """A context manager under which every step (and a graph capture) must run."""

@@ -16,6 +16,7 @@ input (unknown key, wrong device); 3 when the session file already exists (nothi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from decodegap.core import paths
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpus, load_models, lookup
-from decodegap.core.errors import CellNotPossible, DecodegapError, SessionExists
+from decodegap.core.errors import CellNotPossible, ConfigError, DecodegapError, SessionExists
 from decodegap.core.protocol import Protocol
 
 _T0 = time.perf_counter()
@@ -67,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(the workflow's measure rule outputs this receipt, never the session itself)")
     p.add_argument("--gpus", default=str(GPUS_YAML), help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--models", default=str(MODELS_YAML), help="model cards (default: config/models.yaml)")
+    p.add_argument("--environment", default=None,
+                   help="the GPU type's environment record (python -m decodegap.measure.setup): its compile caches are used, and a "
+                        "cell whose path it rules out is recorded invalid with its reason, without touching the GPU")
     p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU's fields, overriding its --gpus entry field by field (the workflow passes the user's merged table)")
     Protocol.add_arguments(p)
     args = p.parse_args(argv)
@@ -256,6 +260,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t_main, age_s = time.perf_counter(), process_age_s()
+    if args.environment:  # the GPU type's compile caches, set before torch and its compilers load
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            os.environ.update(json.loads(Path(args.environment).read_text()).get("cache_variables") or {})
     t = time.perf_counter()
     import torch  # timed here: import cost is part of a session's overhead
     import transformers  # noqa: F401
@@ -277,6 +284,14 @@ def main(argv=None) -> int:
         from decodegap.measure.weights import get_weight_path
 
         attn, weights, arm_modes = get_attention_path(args.attn), get_weight_path(args.quant), arms_of(args.mode)
+        env_record = ruled = None
+        if args.environment:
+            from decodegap.measure.setup import read_record, ruled_out
+
+            env_record = read_record(args.environment)
+            if env_record["gpu"] != args.gpu:
+                raise ConfigError(f"{args.environment}: the environment record of gpu '{env_record['gpu']}', not '{args.gpu}'")
+            ruled = ruled_out(env_record, args.attn, args.quant, args.mode)
     except SessionExists as exc:
         log(f"refused: {exc}")
         return 3
@@ -296,6 +311,9 @@ def main(argv=None) -> int:
     from decodegap.core.protocol import judge_session
 
     session = Session(args, gpu, card, protocol)
+    if ruled:  # decided by the environment stage: record it, touch no GPU
+        log(f"ruled out by {args.environment}: {ruled}")
+        session.device = "cpu"
     if session.device == "cuda":
         if not os.environ.get("SLURM_JOB_ID"):  # SLURM gives a job its own GPU; elsewhere, lock one
             from decodegap.measure.gpulock import acquire
@@ -313,13 +331,24 @@ def main(argv=None) -> int:
     session.block_order = ab_block_order(arm_modes, protocol.ab_blocks)
     session.gpu_before_timed = None
     env = static_environment(session.device)
+    if ruled:
+        env["device_type"] = "none: ruled out by the environment record"
+        env["gpu"] = env_record.get("gpu_device")  # the GPU type's, as the stage saw it
+    if env_record is not None:
+        from decodegap.core.sources import sha256_file
+
+        env["environment_record"] = {"path": Path(args.environment).as_posix(), "sha256": sha256_file(args.environment),
+                                     "definition_sha256": env_record["definition_sha256"]}
     env["gpu_start"] = session.snapshot()
     env["host_start"] = host_snapshot()
     log(f"environment: {env['gpu']['name'] if env['gpu'] else 'cpu'}, torch {torch.__version__}, transformers {env['libraries']['transformers']} (imports {import_s:.1f} s)")
 
     error = None
     try:
-        session.run(arm_modes, attn, weights)
+        if ruled:
+            error = {"kind": "ruled out", "message": ruled}
+        else:
+            session.run(arm_modes, attn, weights)
     except Exception as exc:  # noqa: BLE001 - sorted into expected (data) and unexpected (raised)
         expected = classify_expected(exc)
         if expected is None:

@@ -21,6 +21,20 @@ class StoredWeights:
 
 class Bf16Weights:
     name = "bf16"
+    package = "torch"  # the distribution that ships the kernel (the environment record names its version)
+
+    def check(self, device: str) -> str | None:
+        """A batch-1 GEMV through this path's kernel at a card's shape against float32: None when it
+        runs and agrees, else why not (the environment stage's functional check)."""
+        import torch
+
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        g = torch.Generator(device="cpu").manual_seed(0)
+        x, w = torch.randn(1, 4096, generator=g), torch.randn(4096, 4096, generator=g) / 64
+        got = (x.to(device, dtype) @ w.to(device, dtype).T).float().cpu()
+        err = float((got - x @ w.T).abs().max())
+        tol = 0.1 if dtype != torch.float32 else 1e-3
+        return None if torch.isfinite(got).all() and err <= tol else f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
 
     def prepare(self, model):
         return model  # cards already build in bf16

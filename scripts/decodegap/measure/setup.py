@@ -1,0 +1,243 @@
+"""The environment stage: once per GPU type, before its sessions, on that GPU type.
+
+    python -m decodegap.measure.setup --gpu h200 --attn sdpa sdpa-flash --quant bf16 \
+        --out results/environment/h200.json
+
+It records what the measurement jobs of that GPU type will run under, and decides which of the
+configured paths can run there at all:
+
+- versions: driver, CUDA, torch, transformers, and each path's package;
+- for every configured attention path, a tiny functional check of its kernel at decode shape (one
+  query token against a GQA KV of CHECK_KV_TOKENS tokens), in the two forms a decode step calls it:
+  `dynamic` (the dynamic cache: no mask, GQA in the kernel, what eager steps call) and `static` (the
+  static cache: a boolean mask over the preallocated cache, KV heads repeated, what static and
+  graphed steps call). Each form either runs and matches a float32 reference, or gets the reason;
+- for every configured weight path, a batch-1 GEMV through its kernel against the same reference;
+- JIT kernels: the compile caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, TORCH_EXTENSIONS_DIR)
+  point into --cache-dir before torch loads, a path with a `build` step compiles there, and every
+  measurement job of the GPU type is given the same caches (environment_variables()), so a kernel
+  is compiled once per GPU type, not once per session.
+
+A measurement job reads the record (`python -m decodegap.measure --environment ...`): a cell whose
+path the record rules out becomes an invalid session with the record's reason, without touching
+the GPU (and the workflow gives its job no GPU: workflow/rules/measure.smk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from decodegap.core.config import REPO_ROOT
+
+SCHEMA = "decodegap.environment/1"
+REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
+CHECK_KV_TOKENS = 512  # decode shape of the kernel checks: 1 query token, this many KV tokens
+CHECK_HEADS = (28, 4, 128)  # query heads, KV heads, head dim: a 7-8B GQA card's layout
+CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
+FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",)}  # the attention call each mode makes
+
+
+def log(msg: str) -> None:
+    print(f"[environment] {msg}", file=sys.stderr, flush=True)
+
+
+def environment_variables(cache_dir: str | Path) -> dict[str, str]:
+    """The compile caches of one GPU type: set before torch loads, in the stage and in every session."""
+    return {var: str(Path(cache_dir) / sub) for var, sub in CACHE_VARIABLES.items()}
+
+
+def definition_sha256(attn: list[str], quant: list[str]) -> str:
+    """What the environment is defined by: the pinned measure packages and the configured paths."""
+    h = hashlib.sha256(REQUIREMENTS.read_bytes())
+    h.update(json.dumps({"attn": sorted(attn), "quant": sorted(quant)}).encode())
+    return h.hexdigest()
+
+
+def forms_needed(mode: str) -> tuple[str, ...]:
+    from decodegap.core.cells import arms_of
+
+    return tuple(dict.fromkeys(f for arm in arms_of(mode) for f in FORMS_OF_MODE[arm]))
+
+
+def ruled_out(record: dict, attn: str, quant: str, mode: str) -> str | None:
+    """Why a cell cannot run under this environment record, or None. A path the record never
+    checked is not ruled out here: the session finds out for itself."""
+    a = (record.get("attention") or {}).get(attn)
+    if a:
+        for form in forms_needed(mode):
+            check = a["checks"].get(form)
+            if check and not check["runs"]:
+                return f"attention path {attn} cannot run its {form}-cache decode call on {record['gpu']}: {check['reason']}"
+    w = (record.get("weights") or {}).get(quant)
+    if w and not w["runs"]:
+        return f"weight path {quant} cannot run on {record['gpu']}: {w['reason']}"
+    return None
+
+
+def read_record(path: str | Path) -> dict:
+    """An environment record, checked enough to be trusted: its schema tag and its fields."""
+    from decodegap.core.errors import ConfigError
+
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable environment record: {exc}") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise ConfigError(f"{path}: not a decodegap environment record (schema {SCHEMA})")
+    missing = [k for k in ("gpu", "attention", "weights", "libraries", "definition_sha256") if k not in record]
+    if missing:
+        raise ConfigError(f"{path}: environment record lacks {', '.join(missing)}")
+    return record
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def check_attention(path, device: str, dtype) -> dict[str, dict]:
+    """Both decode-shaped calls of one attention path: runs (and its error against float32), or why not."""
+    import torch
+    import torch.nn.functional as F
+
+    hq, hkv, d = CHECK_HEADS
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q = torch.randn(1, hq, 1, d, generator=g)
+    k = torch.randn(1, hkv, CHECK_KV_TOKENS, d, generator=g)
+    v = torch.randn(1, hkv, CHECK_KV_TOKENS, d, generator=g)
+    k_rep, v_rep = (x.repeat_interleave(hq // hkv, dim=1) for x in (k, v))
+    reference = torch.softmax(q @ k_rep.transpose(-1, -2) / d ** 0.5, dim=-1) @ v_rep
+    padded = 64  # the static cache's unfilled tail, masked out
+    mask = torch.zeros(1, 1, 1, CHECK_KV_TOKENS + padded, dtype=torch.bool)
+    mask[..., :CHECK_KV_TOKENS] = True
+    pad = torch.zeros(1, hq, padded, d)
+
+    def dynamic():
+        return F.scaled_dot_product_attention(q.to(device, dtype), k.to(device, dtype), v.to(device, dtype), enable_gqa=True)
+
+    def static():
+        kk, vv = (torch.cat([x, pad], dim=2).to(device, dtype) for x in (k_rep, v_rep))
+        return F.scaled_dot_product_attention(q.to(device, dtype), kk, vv, attn_mask=mask.to(device))
+
+    tol = 2e-2 if dtype != torch.float32 else 1e-4
+    out = {}
+    for form, call in (("dynamic", dynamic), ("static", static)):
+        try:
+            with path.context():
+                got = call().float().cpu()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            err = float((got - reference).abs().max())
+            if not torch.isfinite(got).all() or err > tol:
+                out[form] = {"runs": False, "reason": f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})", "max_abs_err": err}
+            else:
+                out[form] = {"runs": True, "reason": None, "max_abs_err": err}
+        except Exception as exc:  # noqa: BLE001 - any failure of the kernel is the finding
+            out[form] = {"runs": False, "reason": _error_text(exc), "max_abs_err": None}
+    return out
+
+
+def package_version(name: str | None) -> str | None:
+    from importlib import metadata
+
+    if not name:
+        return None
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path) -> dict:
+    import torch
+
+    from decodegap.measure.attention import get_attention_path
+    from decodegap.measure.environment import boot_id, static_environment
+    from decodegap.measure.weights import get_weight_path
+
+    device = "cuda" if torch.cuda.is_available() and gpu_key != "cpu" else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    env = static_environment(device)
+    record = {
+        "schema": SCHEMA,
+        "gpu": gpu_key,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "definition_sha256": definition_sha256(attn, quant),
+        "device": device,
+        "gpu_device": env["gpu"],
+        "driver": (env["gpu"] or {}).get("driver"),
+        "cuda": torch.version.cuda,
+        "libraries": env["libraries"],
+        "python": env["python"],
+        "hostname": env["hostname"],
+        "boot_id": boot_id(),
+        "cache_dir": str(cache_dir),
+        "cache_variables": environment_variables(cache_dir),
+        "attention": {},
+        "weights": {},
+    }
+    for name in attn:
+        path = get_attention_path(name)
+        log(f"attention {name}: checking both decode calls on {device}")
+        built = path.build(device) if hasattr(path, "build") else None
+        record["attention"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
+                                     "checks": check_attention(path, device, dtype)}
+        for form, c in record["attention"][name]["checks"].items():
+            log(f"  {form}: " + ("runs" if c["runs"] else f"cannot run: {c['reason']}"))
+    for name in quant:
+        path = get_weight_path(name)
+        log(f"weights {name}: checking a batch-1 GEMV on {device}")
+        try:
+            built = path.build(device) if hasattr(path, "build") else None
+            reason = path.check(device)
+        except Exception as exc:  # noqa: BLE001 - the finding
+            built, reason = None, _error_text(exc)
+        record["weights"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
+                                   "runs": reason is None, "reason": reason}
+        log(f"  {'runs' if reason is None else 'cannot run: ' + reason}")
+    return record
+
+
+def write_record(record: dict, out: str | Path) -> None:
+    """Replace the GPU type's record at once (a refresh is allowed; a half-written one never seen)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m decodegap.measure.setup", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu", required=True, help="the GPU type (a key of config/gpus.yaml) this machine is")
+    p.add_argument("--attn", nargs="+", required=True, help="attention paths the config names")
+    p.add_argument("--quant", nargs="+", required=True, help="weight paths the config names")
+    p.add_argument("--out", required=True, help="the record (results/environment/<gpu>.json)")
+    p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
+    args = p.parse_args(argv)
+    from decodegap.core.errors import DecodegapError
+
+    cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
+    os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
+    try:
+        record = build_record(args.gpu, args.attn, args.quant, cache_dir)
+    except DecodegapError as exc:
+        log(f"error: {exc}")
+        return 2
+    write_record(record, args.out)
+    ruled = [f"{a} ({f})" for a, v in record["attention"].items() for f, c in v["checks"].items() if not c["runs"]]
+    ruled += [w for w, v in record["weights"].items() if not v["runs"]]
+    log(f"wrote {args.out}: {len(record['attention'])} attention and {len(record['weights'])} weight paths; "
+        + (f"ruled out: {', '.join(ruled)}" if ruled else "all run"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

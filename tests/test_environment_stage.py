@@ -1,0 +1,127 @@
+"""The environment stage (issue 12): one record per GPU type, written before its sessions, that
+names the stack and decides which configured paths can run; ruled-out cells become invalid
+sessions without GPU time; sessions name the record, and lineage shows it."""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FAST, REPO, make_workspace, run_snakemake, small_config, dry_run_jobs
+from decodegap.core.errors import ConfigError
+from decodegap.measure import setup
+
+
+@pytest.fixture(scope="module")
+def cpu_record(tmp_path_factory):
+    out = tmp_path_factory.mktemp("env") / "cpu.json"
+    assert setup.main(["--gpu", "cpu", "--attn", "sdpa", "sdpa-cudnn", "sdpa-math", "--quant", "bf16", "--out", str(out),
+                       "--cache-dir", str(out.parent / "cache")]) == 0
+    return out
+
+
+def test_record_names_the_stack_and_decides_every_configured_path(cpu_record):
+    r = setup.read_record(cpu_record)
+    assert r["schema"] == setup.SCHEMA and r["gpu"] == "cpu" and r["device"] == "cpu"
+    assert r["libraries"]["torch"] and r["libraries"]["transformers"] and r["boot_id"]
+    assert set(r["attention"]) == {"sdpa", "sdpa-cudnn", "sdpa-math"} and set(r["weights"]) == {"bf16"}
+    for name in ("sdpa", "sdpa-math"):  # the CPU's own kernels run both decode calls and agree with float32
+        for form in ("dynamic", "static"):
+            c = r["attention"][name]["checks"][form]
+            assert c["runs"] and c["reason"] is None and c["max_abs_err"] < 1e-4
+    cudnn = r["attention"]["sdpa-cudnn"]
+    assert cudnn["package"] == "torch" and cudnn["version"]
+    assert not cudnn["checks"]["dynamic"]["runs"] and "No viable backend" in cudnn["checks"]["dynamic"]["reason"]
+    assert r["weights"]["bf16"]["runs"] and r["weights"]["bf16"]["version"]
+    # the compile caches every session of this GPU type is given
+    assert r["cache_variables"]["TORCHINDUCTOR_CACHE_DIR"].endswith("cache/inductor")
+    assert r["definition_sha256"] == setup.definition_sha256(["sdpa", "sdpa-cudnn", "sdpa-math"], ["bf16"])
+    assert r["definition_sha256"] != setup.definition_sha256(["sdpa"], ["bf16"])
+
+
+def test_a_foreign_or_broken_record_is_refused_naming_the_file(tmp_path):
+    bad = tmp_path / "h200.json"
+    bad.write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(ConfigError, match="h200.json: not a decodegap environment record"):
+        setup.read_record(bad)
+    bad.write_text("{truncated")
+    with pytest.raises(ConfigError, match="h200.json: not a readable environment record"):
+        setup.read_record(bad)
+
+
+def test_each_mode_is_ruled_out_by_the_call_it_makes():
+    record = {"gpu": "h200", "attention": {"sdpa-flash": {"checks": {"dynamic": {"runs": True, "reason": None},
+                                                                     "static": {"runs": False, "reason": "No available kernel"}}}},
+              "weights": {"bf16": {"runs": True, "reason": None}, "int4-x": {"runs": False, "reason": "no sm_90 build"}}}
+    assert setup.ruled_out(record, "sdpa-flash", "bf16", "eager") is None  # the dynamic cache's call runs
+    for mode in ("static", "graphed", "ab-eager-graphed", "ab-static-graphed"):
+        assert "static-cache decode call on h200: No available kernel" in setup.ruled_out(record, "sdpa-flash", "bf16", mode)
+    assert setup.ruled_out(record, "sdpa", "int4-x", "eager") == "weight path int4-x cannot run on h200: no sm_90 build"
+    assert setup.ruled_out(record, "sdpa-unchecked", "bf16", "eager") is None  # never checked: the session finds out
+
+
+def test_a_ruled_out_cell_is_an_invalid_session_that_never_measures(tmp_path, cpu_record, measure_main):
+    rc, rec, path = measure_main(tmp_path, attn="sdpa-cudnn", extra=[*FAST, "--environment", str(cpu_record)])
+    assert rc == 0 and rec["status"] == "invalid" and rec["arms"] == [] and rec["floor"] is None
+    assert rec["reasons"][0].startswith("ruled out: attention path sdpa-cudnn cannot run its dynamic-cache decode call on cpu")
+    assert rec["error"]["kind"] == "ruled out"
+    assert not {"build", "prefill", "warmup", "timed"} & set(rec["time"]["phases_s"])  # nothing was built or run
+    link = rec["environment"]["environment_record"]
+    assert link["path"] == cpu_record.as_posix() and len(link["sha256"]) == 64
+    # a path the record lets run measures as usual, under the same record
+    rc, rec, _ = measure_main(tmp_path, attn="sdpa-math", extra=[*FAST, "--environment", str(cpu_record)])
+    assert rc == 0 and rec["arms"] and rec["environment"]["environment_record"]["sha256"] == link["sha256"]
+
+
+def test_a_record_of_another_gpu_type_is_refused(tmp_path, cpu_record, measure_main):
+    other = tmp_path / "h200.json"
+    other.write_text(json.dumps({**json.loads(cpu_record.read_text()), "gpu": "h200"}))
+    rc, rec, _ = measure_main(tmp_path, extra=[*FAST, "--environment", str(other)])
+    assert rc == 2 and rec is None
+
+
+def test_the_workflow_runs_the_stage_first_and_gives_ruled_out_jobs_no_gpu(tmp_path, monkeypatch):
+    """measure: true on the CPU stand-in: the environment job writes the record, the measurement job
+    of a path it rules out asks for no GPU and records the invalid session with the record's reason."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # jobs call `python`
+    config = small_config(measure=True)
+    config["matrix"].update(gpus=["cpu"], models=["tiny-llama"], ctx=[32], attn=["sdpa-cudnn"], modes=["eager"], sessions=1)
+    config["ab"] = []
+    config["protocol"].update(warmup_steps=2, timed_steps=40, min_samples=20, min_duration_s=0)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = run_snakemake(root, "--cores", "1", "--printshellcmds", "--", "results/environment/cpu.json",
+                         "results/receipts/cpu/tiny-llama/ctx32/sdpa-cudnn_bf16_eager/s00.json")
+    record = setup.read_record(root / "results/environment/cpu.json")
+    assert not record["attention"]["sdpa-cudnn"]["checks"]["dynamic"]["runs"]
+    session = json.loads((root / "results/raw/cpu/tiny-llama/ctx32/sdpa-cudnn_bf16_eager/s00.json").read_text())
+    assert session["status"] == "invalid" and session["reasons"][0].startswith("ruled out: attention path sdpa-cudnn")
+    log = proc.stdout + proc.stderr
+    measure_job = log[log.index("rule measure:"):]
+    assert "gpu=0" in measure_job.split("\n\n")[0], measure_job[:800]  # the job asked for no GPU
+
+
+def test_analysis_code_never_reruns_the_stage_its_definition_does(tmp_path, cpu_record):
+    root = make_workspace(tmp_path, config=small_config(measure=True))
+    for gpu in ("h200", "l4"):  # records already written, newer than their inputs
+        rec = {**json.loads(cpu_record.read_text()), "gpu": gpu}
+        setup.write_record(rec, root / f"results/environment/{gpu}.json")
+    jobs = dry_run_jobs(root, "report/paper_tables.tex")
+    assert "environment" not in jobs and jobs.get("measure")
+    analysis, requirements = REPO / "scripts/decodegap/analysis/stats.py", REPO / "envs/measure-requirements.txt"
+    saved = {p: p.stat() for p in (analysis, requirements)}
+    try:
+        later = time.time() + 60
+        os.utime(analysis, (later, later))
+        jobs = dry_run_jobs(root, "report/paper_tables.tex")
+        assert "environment" not in jobs and jobs.get("cell")  # the analysis reruns, the stage does not
+        os.utime(requirements, (later, later))
+        assert dry_run_jobs(root, "report/paper_tables.tex").get("environment") == 2  # one per GPU type measured
+    finally:
+        for p, st in saved.items():
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
