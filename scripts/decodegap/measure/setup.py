@@ -37,7 +37,9 @@ from decodegap.core.config import REPO_ROOT
 
 SCHEMA = "decodegap.environment/1"
 REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
-CHECK_KV_TOKENS = 512  # decode shape of the kernel checks: 1 query token, this many KV tokens
+# Decode shape of the kernel checks: 1 query token, this many KV tokens; odd on purpose, as a real
+# cache's length mostly is (ctx + steps so far): a kernel that needs aligned lengths fails here too.
+CHECK_KV_TOKENS = 515
 CHECK_HEADS = (28, 4, 128)  # query heads, KV heads, head dim: a 7-8B GQA card's layout
 CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
 FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",)}  # the attention call each mode makes
@@ -114,7 +116,7 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
     v = torch.randn(1, hkv, CHECK_KV_TOKENS, d, generator=g)
     k_rep, v_rep = (x.repeat_interleave(hq // hkv, dim=1) for x in (k, v))
     reference = torch.softmax(q @ k_rep.transpose(-1, -2) / d ** 0.5, dim=-1) @ v_rep
-    padded = 64  # the static cache's unfilled tail, masked out
+    padded = 62  # the static cache's unfilled tail, masked out (577 keys in all: odd, as a real cache's)
     mask = torch.zeros(1, 1, 1, CHECK_KV_TOKENS + padded, dtype=torch.bool)
     mask[..., :CHECK_KV_TOKENS] = True
     pad = torch.zeros(1, hq, padded, d)
