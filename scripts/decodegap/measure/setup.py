@@ -11,7 +11,8 @@ configured paths can run there at all:
   query token against a GQA KV of CHECK_KV_TOKENS tokens), in the two forms a decode step calls it:
   `dynamic` (the dynamic cache: no mask, GQA in the kernel, what eager steps call) and `static` (the
   static cache: a boolean mask over the preallocated cache, KV heads repeated, what static and
-  graphed steps call). Each form either runs and matches a float32 reference, or gets the reason;
+  graphed steps call). Each form must run and match a float32 reference, and then run two decode
+  steps of a tiny GQA card through the sessions' own decoders (check_decode), or it gets the reason;
 - for every configured weight path, a batch-1 GEMV through its kernel against the same reference;
 - JIT kernels: the compile caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, TORCH_EXTENSIONS_DIR)
   point into --cache-dir before torch loads, a path with a `build` step compiles there, and every
@@ -146,6 +147,42 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
     return out
 
 
+DECODE_CHECK_CARD = "tiny-llama"  # a GQA card small enough to build in a second on any device
+DECODE_CHECK_CTX = 37  # odd, as a real cache's length mostly is
+
+
+def check_decode(path, device: str) -> dict[str, dict]:
+    """The same two calls through the model the sessions run: a tiny GQA card with this path's
+    attn_implementation, prefilled and stepped by the sessions' own decoders (eager: the dynamic
+    cache; static: the static cache), so transformers builds the mask and the KV layout exactly as
+    in a session. Catches what the bare kernel call cannot (a mask's strides, say)."""
+    import torch
+
+    from decodegap.core.config import load_models
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.modes import make_decoder
+
+    out = {}
+    try:
+        model = build_model(load_models()[DECODE_CHECK_CARD], device, path.attn_implementation)
+    except Exception as exc:  # noqa: BLE001 - a path whose model cannot even be built
+        return {form: {"runs": False, "reason": "model build: " + _error_text(exc)} for form in ("dynamic", "static")}
+    prompt = torch.randint(0, model.config.vocab_size, (1, DECODE_CHECK_CTX), device=device, generator=None)
+    for form, mode in (("dynamic", "eager"), ("static", "static")):
+        try:
+            with torch.inference_mode(), path.context():
+                dec = make_decoder(mode, model, DECODE_CHECK_CTX + 8)
+                dec.prefill(prompt)
+                dec.prepare()
+                for _ in range(2):
+                    dec.launch()
+                    dec.read_token()
+            out[form] = {"runs": True, "reason": None}
+        except Exception as exc:  # noqa: BLE001 - the finding
+            out[form] = {"runs": False, "reason": f"decode step through the model: {_error_text(exc)}"}
+    return out
+
+
 def package_version(name: str | None) -> str | None:
     from importlib import metadata
 
@@ -189,8 +226,12 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         path = get_attention_path(name)
         log(f"attention {name}: checking both decode calls on {device}")
         built = path.build(device) if hasattr(path, "build") else None
+        checks = check_attention(path, device, dtype)
+        for form, c in check_decode(path, device).items():  # both must pass: the kernel alone, and inside the model
+            if checks[form]["runs"] and not c["runs"]:
+                checks[form].update(runs=False, reason=c["reason"])
         record["attention"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
-                                     "checks": check_attention(path, device, dtype)}
+                                     "checks": checks}
         for form, c in record["attention"][name]["checks"].items():
             log(f"  {form}: " + ("runs" if c["runs"] else f"cannot run: {c['reason']}"))
     for name in quant:
