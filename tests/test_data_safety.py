@@ -132,16 +132,17 @@ def test_measure_jobs_output_receipts_for_missing_sessions_only(tmp_path):
     root = clone(tmp_path)
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     config.update(measure=True)
-    config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], modes=["eager", "graphed"], sessions=4)  # s03 is missing
+    config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], modes=["eager", "graphed"], sessions=6)  # s04, s05 missing
     config["ab"] = []
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(root, "-n", "--forceall", "-p", "report/paper_tables.tex")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-2000:]
     measured = sorted(line.split()[-1] for line in out.splitlines() if line.strip().startswith("output: results/receipts/"))
-    assert measured == ["results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s03.json",
-                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json",
-                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s03.json"]
+    assert measured == ["results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s04.json",
+                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s05.json",
+                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s04.json",
+                        "results/receipts/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s05.json"]
     assert "output: results/raw/" not in out
 
 
@@ -166,14 +167,14 @@ def _nan_text(record: dict) -> str:
 BAD_RECORDS = {
     # name: (file name, content, what the message must say)
     "a copy saved under a second name": ("s001.json", lambda: (REPO / CELL / "s01.json").read_text(), "not a canonical session file name"),
-    "NaN step time": ("s02.json", lambda: _nan_text(_real_record(2)), "NaN"),
-    "Infinity step time": ("s02.json", lambda: _nan_text(_real_record(2)).replace("NaN", "Infinity"), "Infinity"),
-    "valid with 3 samples": ("s02.json", lambda: json.dumps(_truncated(_real_record(2), 3)), "too few samples: graphed has 3 < 64"),
-    "zero step time": ("s02.json", lambda: json.dumps(_real_record(2)).replace(repr(_real_record(2)["arms"][0]["timed"]["host_ms"][5]), "0.0", 1), "host_ms"),
-    "valid with a reason": ("s02.json", lambda: json.dumps(_real_record(2) | {"reasons": ["unstable: made up"]}), "says valid but lists reasons"),
-    "invalid without a reason": ("s02.json", lambda: json.dumps(_real_record(2) | {"status": "invalid"}), "says invalid but gives no reason"),
-    "session field and file name disagree": ("s02.json", lambda: json.dumps(_real_record(3)), "whose one file name is s03.json"),
-    "unreadable (a folder)": ("s02.json", None, "cannot be read"),
+    "NaN step time": ("s04.json", lambda: _nan_text(_real_record(4)), "NaN"),
+    "Infinity step time": ("s04.json", lambda: _nan_text(_real_record(4)).replace("NaN", "Infinity"), "Infinity"),
+    "valid with 3 samples": ("s04.json", lambda: json.dumps(_truncated(_real_record(4), 3)), "too few samples: graphed has 3 < 64"),
+    "zero step time": ("s04.json", lambda: json.dumps(_real_record(4)).replace(repr(_real_record(4)["arms"][0]["timed"]["host_ms"][5]), "0.0", 1), "host_ms"),
+    "valid with a reason": ("s04.json", lambda: json.dumps(_real_record(4) | {"reasons": ["unstable: made up"]}), "says valid but lists reasons"),
+    "invalid without a reason": ("s04.json", lambda: json.dumps(_real_record(4) | {"status": "invalid"}), "says invalid but gives no reason"),
+    "session field and file name disagree": ("s04.json", lambda: json.dumps(_real_record(5)), "whose one file name is s05.json"),
+    "unreadable (a folder)": ("s04.json", None, "cannot be read"),
 }
 
 

@@ -75,6 +75,8 @@ def test_a_ruled_out_cell_is_an_invalid_session_that_never_measures(tmp_path, cp
     # a path the record lets run measures as usual, under the same record
     rc, rec, _ = measure_main(tmp_path, attn="sdpa-math", extra=[*FAST, "--environment", str(cpu_record)])
     assert rc == 0 and rec["arms"] and rec["environment"]["environment_record"]["sha256"] == link["sha256"]
+    # the session compiled into the GPU type's caches, the ones the stage built into
+    assert rec["environment"]["compile_caches"] == json.loads(cpu_record.read_text())["cache_variables"]
 
 
 def test_a_record_of_another_gpu_type_is_refused(tmp_path, cpu_record, measure_main):

@@ -94,8 +94,14 @@ def test_each_measurement_asked_for_its_cells_gpu(slurm_run):
         assert job["state"] == "COMPLETED"
         assert job["tres_per_job"] == f"gres:gpu:{wanted}:1", job  # what the job asked SLURM for
         assert job["gres_alloc"] == f"gpu:{wanted}:1", job  # what SLURM gave it
+    # each GPU type's environment stage ran first, as a job on that GPU type
+    stages = [j for j in ended_jobs(slurm_run) if str(j.get("comment", "")).startswith("rule_environment")]
+    assert len(stages) == 2, stages
+    for job in stages:
+        wanted = "l4" if "cpu-as-l4" in job["comment"] else "cpu"
+        assert job["state"] == "COMPLETED" and job["tres_per_job"] == f"gres:gpu:{wanted}:1", job
     # analysis ran locally: no other rule was submitted
-    assert {j["comment"].split("_wildcards")[0] for j in ended_jobs(slurm_run)} == {"rule_measure"}
+    assert {j["comment"].split("_wildcards")[0] for j in ended_jobs(slurm_run)} == {"rule_measure", "rule_environment"}
 
 
 def test_killed_measurement_is_measured_again_and_nothing_else_changes(tmp_path):

@@ -2,6 +2,7 @@
 # path in scripts/decodegap/core/paths.py; this file binds them to Snakemake: config validation at
 # parse time, input functions, the measurement's arguments.
 
+import errno
 import json
 import os
 import shlex
@@ -148,6 +149,8 @@ def ruled_out(wildcards, input):
     is about to be submitted, once the environment stage has written the record."""
     from decodegap.measure.setup import read_record, ruled_out as reason
 
+    if not os.path.exists(input.env):  # not written yet (a dry run): Snakemake asks again later
+        raise FileNotFoundError(errno.ENOENT, "not written yet", input.env)
     return reason(
         read_record(input.env), wildcards.attn, wildcards.quant, wildcards.mode
     )

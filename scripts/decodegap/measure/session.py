@@ -339,6 +339,7 @@ def main(argv=None) -> int:
 
         env["environment_record"] = {"path": Path(args.environment).as_posix(), "sha256": sha256_file(args.environment),
                                      "definition_sha256": env_record["definition_sha256"]}
+        env["compile_caches"] = {var: os.environ.get(var) for var in env_record.get("cache_variables") or {}}  # shared with the stage
     env["gpu_start"] = session.snapshot()
     env["host_start"] = host_snapshot()
     log(f"environment: {env['gpu']['name'] if env['gpu'] else 'cpu'}, torch {torch.__version__}, transformers {env['libraries']['transformers']} (imports {import_s:.1f} s)")
