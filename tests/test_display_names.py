@@ -110,7 +110,7 @@ def _figure_calls(ws, out):
                    [n for k, n in GPU_NAMES.items()]),
         "context": (lambda o: figures.context(matrix, gpus, models, o),
                     [GPU_NAMES["h200"], GPU_NAMES["l4"], *MODEL_NAMES.values()]),
-        "ab": (lambda o: figures.ab(files["ab"], reference, gpus, o), [GPU_NAMES["h200"], GPU_NAMES["l40s"], GPU_NAMES["h100-sxm5"]]),
+        "ab": (lambda o: figures.ab(files["ab"], reference, gpus, models, o), [GPU_NAMES["h200"], GPU_NAMES["l40s"], GPU_NAMES["h100-sxm5"], MODEL_NAMES["qwen2.5-7b"]]),
         "host": (lambda o: figures.host(files["ab"], gpus, models, o), [GPU_NAMES["h200"], GPU_NAMES["l40s"], MODEL_NAMES["qwen2.5-7b"]]),
     }
 

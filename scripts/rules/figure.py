@@ -18,7 +18,7 @@ def body():
     elif p.name == "host":
         figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:
-        figures.ab(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
+        figures.ab(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, snakemake.output)
 
 
 run_rule(snakemake, body)

@@ -67,8 +67,8 @@ ENVIRONMENT_CODE = [
 ]
 FIGURE_CAPTIONS = {
     "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
-    "context": "Step time against context length per GPU, model and decode mode (median and 95 % bootstrap interval; crosses: sessions flagged invalid).",
-    "ab": "CUDA Graphs A/B: speedup of graphed over eager decode with its 95 % bootstrap interval (hollow: published).",
+    "context": "Step time against context length per GPU, model and decode mode (median of completed sessions and 95 % interval over machines; crosses: one machine or session, no interval).",
+    "ab": "A/B experiments: speedup of arm B over arm A (geometric mean of per-session ratios) with its 95 % interval over machines, per scope: completed sessions, the stability rule, host-nominal steps (hollow: published).",
     "anatomy": "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (the black tick: the graphed step).",
     "deployment": "Latency against cost per token at batch 1, one point per GPU, mode and weight path (filled: measured; hollow: the paper's published step times at the same prices).",
     "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows the host; the graphed arm does not.",

@@ -71,6 +71,7 @@ rule figure_ab:
     params:
         name="ab",
         gpus=GPU_TABLE,
+        models=MODEL_TABLE,
     script:
         "../../scripts/rules/figure.py"
 

@@ -158,7 +158,7 @@ def context(stats_files, gpus: dict, models: dict, outputs) -> None:
     save(fig, outputs)
 
 
-def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
+def ab(stats_files, reference: list[dict], gpus: dict, models: dict, outputs) -> None:
     """A/B speedups (geometric mean of per-session ratios) with their intervals over machines:
     measured, in each scope, and published."""
     style()
@@ -169,7 +169,8 @@ def ab(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
             if sp and sp.get("estimate") is not None:
                 ci = sp.get("ci")
                 arms = "/".join(s["arms"])
-                rows.append({"label": literal(f"{gpus[s['cell']['gpu']]['display_name']} {s['cell']['model']} {arms}\n"
+                model = models.get(s["cell"]["model"], {}).get("display_name", s["cell"]["model"])
+                rows.append({"label": literal(f"{gpus[s['cell']['gpu']]['display_name']} {model} {arms}\n"
                                               f"{SCOPE_LABEL[scope]} (n={sp['n_sessions']}, {sp['n_machines']} machines)"),
                              "x": sp["estimate"], "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "published": False})
     for f in reference:
