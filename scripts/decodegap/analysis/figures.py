@@ -251,7 +251,8 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
         ax.set_title(literal(gpus[gpu]["display_name"]), fontsize=9)
         handles, labels = ax.get_legend_handles_labels()
         uniq = dict(zip(labels, handles))
-        ax.legend(uniq.values(), uniq.keys(), fontsize=6)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # headroom: the legend sits above the bars, not on them
+        ax.legend(uniq.values(), uniq.keys(), fontsize=6, ncol=3, loc="upper center")
     if not rows:
         axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
     save(fig, outputs)
