@@ -149,7 +149,8 @@ def ruled_out(wildcards, input):
     is about to be submitted, once the environment stage has written the record."""
     from decodegap.measure.setup import read_record, ruled_out as reason
 
-    if not os.path.exists(input.env):  # not written yet (a dry run): Snakemake asks again later
+    # not written yet (a dry run): Snakemake asks again just before it submits the job
+    if not os.path.exists(input.env):
         raise FileNotFoundError(errno.ENOENT, "not written yet", input.env)
     return reason(
         read_record(input.env), wildcards.attn, wildcards.quant, wildcards.mode

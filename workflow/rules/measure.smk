@@ -47,12 +47,18 @@ rule measure:
     # from the record (these functions read it once it exists, just before the job is submitted).
     resources:
         gpu=measure_gpus,
-        gpu_model=lambda wildcards, input: None if ruled_out(wildcards, input) else measure_gpu_model(wildcards),
+        gpu_model=lambda wildcards, input: (
+            None if ruled_out(wildcards, input) else measure_gpu_model(wildcards)
+        ),
         runtime=measure_runtime,
         mem_mb=measure_mem_mb,
         cpus_per_task=measure_cpus,
-        slurm_partition=lambda wildcards, input: "" if ruled_out(wildcards, input) else measure_partition(wildcards),
-        constraint=lambda wildcards, input: None if ruled_out(wildcards, input) else measure_constraint(wildcards),
+        slurm_partition=lambda wildcards, input: (
+            "" if ruled_out(wildcards, input) else measure_partition(wildcards)
+        ),
+        constraint=lambda wildcards, input: (
+            None if ruled_out(wildcards, input) else measure_constraint(wildcards)
+        ),
     params:
         args=measure_args,
         raw=measure_raw_path,
