@@ -127,3 +127,21 @@ def test_analysis_code_never_reruns_the_stage_its_definition_does(tmp_path, cpu_
     finally:
         for p, st in saved.items():
             os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_stage_refuses_a_machine_that_is_not_its_gpu_type(tmp_path, capsys):
+    """An h200 job that landed on a host without CUDA would record the CPU's verdicts as the H200's."""
+    out = tmp_path / "h200.json"
+    assert setup.main(["--gpu", "h200", "--attn", "sdpa", "--quant", "bf16", "--out", str(out)]) == 1
+    assert not out.exists() and "gpu 'h200' needs CUDA" in capsys.readouterr().err
+
+
+def test_only_a_missing_kernel_rules_a_path_out():
+    """A passing failure (out of memory, a CUDA error) must not become a permanent verdict: the
+    stage stops and writes nothing, instead of ruling cells out for good."""
+    assert setup._verdict(RuntimeError("No available kernel. Aborting execution."), "x").startswith("RuntimeError: No available kernel")
+    assert setup._verdict(NotImplementedError("int4 on sm_80"), "x") == "NotImplementedError: int4 on sm_80"
+    with pytest.raises(setup.StageError, match="weights bf16: OutOfMemoryError: CUDA out of memory"):
+        class OutOfMemoryError(RuntimeError):
+            pass
+        setup._verdict(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "weights bf16")

@@ -271,3 +271,24 @@ def test_session_counts_resample_machines_then_their_sessions():
     assert ((per_machine // sizes).sum(axis=1) == 3).all()  # three machines drawn per resample
     intact = stats_module.session_counts(50, machines, np.random.default_rng(0), ("machines",))
     assert all((row[machines == m] == row[machines == m][0]).all() for row in intact for m in range(3))
+
+
+def test_the_unfiltered_sensitivity_row_is_the_headline_itself():
+    sessions, steps = _frames({"eager": 3.0, "graphed": 2.0}, sessions=4)
+    steps["block"] = steps.groupby(["session", "arm"]).cumcount() // 8
+    steps["step_probe_ns_per_iter"] = 40.0 + np.random.default_rng(2).uniform(0, 2, len(steps))
+    cell = dict(gpu="h200", model="m", ctx=2048, attn="sdpa", quant="bf16", mode="ab-eager-graphed")
+    r = cell_stats(sessions, steps, cell, {"b_peak_Bps": 4.8e12}, CFG)
+    head = r["completed"]["speedup"]
+    for filt, field in (("stability", "limit"), ("host_nominal", "factor")):
+        row = next(x for x in r["sensitivity"][filt] if x[field] is None)
+        assert row["speedup"]["estimate"] == head["estimate"] and row["speedup"]["ci"] == head["ci"], filt
+        assert row["arms"]["eager"]["ci_low_ms"] == r["completed"]["arms"]["eager"]["ci_low_ms"]
+
+
+def test_a_gpu_seen_before_and_after_boot_ids_is_one_machine():
+    sessions, _ = _frames({"graphed": 2.0}, sessions=4)
+    sessions["gpu_uuid"] = ["GPU-a", "GPU-a", "GPU-b", "GPU-b"]
+    sessions["boot_id"] = [None, "boot-1", "boot-2", "boot-3"]
+    sessions["machine"] = ["GPU-a", "GPU-a/boot-1", "GPU-b/boot-2", "GPU-b/boot-3"]
+    assert stats_module.machine_labels(sessions, [0, 1, 2, 3]) == ["GPU-a", "GPU-a", "GPU-b/boot-2", "GPU-b/boot-3"]

@@ -391,8 +391,13 @@ def machine_labels(sessions: pd.DataFrame, ids) -> list[str]:
     without one makes every session its own machine."""
     if "machine" not in sessions:
         return [f"session-{i}" for i in ids]
-    by_id = sessions.drop_duplicates("session").set_index("session")["machine"]
-    return [str(by_id[i]) for i in ids]
+    first = sessions.drop_duplicates("session").set_index("session")
+    if "gpu_uuid" in first and "boot_id" in first:
+        # A GPU seen both before and after records carried the boot id is one machine, not two:
+        # the boot id splits a GPU's sessions only where every one of them has it.
+        partial = {u for u, g in first.groupby("gpu_uuid", dropna=True)["boot_id"] if g.isna().any()}
+        return [str(first.at[i, "gpu_uuid"]) if first.at[i, "gpu_uuid"] in partial else str(first.at[i, "machine"]) for i in ids]
+    return [str(first.at[i, "machine"]) for i in ids]
 
 
 def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, cfg: StatsConfig, rng) -> dict | None:
@@ -568,28 +573,43 @@ def _light_scope(sessions, t_sel, ids, arms, cfg, rng) -> dict:
     return out
 
 
-def sensitivity(sessions, steps, completed: set, arms, cfg: StatsConfig, rng) -> dict:
+def _unfiltered_row(headline: dict, arms) -> dict:
+    """The sensitivity table's unfiltered row: the completed scope's own numbers, not a re-draw."""
+    keep = ("median_ms", "ci_low_ms", "ci_high_ms", "no_ci_reason", "n_sessions", "n_machines", "n_steps")
+    row = {"arms": {arm: ({k: a[k] for k in keep} if (a := (headline.get("arms") or {}).get(arm)) else None) for arm in arms},
+           "speedup": None}
+    sp = headline.get("speedup")
+    if sp:
+        row["speedup"] = {k: sp[k] for k in ("estimate", "ci", "no_ci_reason", "n_sessions", "n_machines")}
+    first = next((a for a in row["arms"].values() if a), None)
+    row["n_sessions"] = first["n_sessions"] if first else 0
+    row["n_machines"] = first["n_machines"] if first else 0
+    return row
+
+
+def sensitivity(sessions, steps, completed: set, arms, headline: dict, cfg: StatsConfig, rng) -> dict:
     """The estimate and its interval as each validity filter's threshold moves: the stability rule
     (sessions whose step stdev stays under the limit; a session spent wholly on a slowed core passes
     it, so the rule selects on the host's state, not on the measurement's quality), and the
-    host-nominal factor (steps whose CPU probe stays under factor x the cell's fast tail). The
-    unfiltered row (limit or factor None) is the completed scope."""
+    host-nominal factor (steps whose CPU probe stays under factor x the cell's fast tail, the fast
+    tail taken over the cell's steps as the host_nominal scope takes it). The unfiltered row (limit
+    or factor None) is the completed scope's own record (headline)."""
     done = steps[steps["session"].isin(completed)]
     out = {"stability": [], "host_nominal": []}
     if done.empty:
         return out
     rel = _rel_stdev(done)
-    for limit in (*cfg.stability_limits, None):
-        ids = set(rel.index[rel < limit].tolist()) if limit is not None else set(completed)
+    for limit in cfg.stability_limits:
+        ids = set(rel.index[rel < limit].tolist())
         out["stability"].append({"limit": limit, **_light_scope(sessions, done, ids, arms, cfg, rng)})
+    out["stability"].append({"limit": None, **_unfiltered_row(headline, arms)})
     if host_probe_column(done) is None:
         return out
-    for factor in (*cfg.host_nominal_factors, None):
-        if factor is None:
-            nominal = done
-        else:
-            nominal, _ = host_nominal_steps(done, factor)
+    for factor in cfg.host_nominal_factors:
+        nominal, _ = host_nominal_steps(steps, factor)  # the reference as the scope's: over all the cell's steps
+        nominal = nominal[nominal["session"].isin(completed)]
         out["host_nominal"].append({"factor": factor, **_light_scope(sessions, nominal, set(nominal["session"].unique().tolist()), arms, cfg, rng)})
+    out["host_nominal"].append({"factor": None, **_unfiltered_row(headline, arms)})
     return out
 
 
@@ -639,7 +659,7 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
         out[scope]["arms"] = per_arm
         if len(arms) == 2 and all(per_arm.values()):
             out[scope]["speedup"] = _speedup(s_sel, t_sel, arms, cfg, rng)
-    out["sensitivity"] = sensitivity(sessions, steps, completed, arms, cfg, rng)
+    out["sensitivity"] = sensitivity(sessions, steps, completed, arms, out["completed"], cfg, rng)
     return out
 
 

@@ -451,7 +451,7 @@ def floors_table(stats_files, gpus: dict, models: dict, out_tex, out_numbers) ->
     modes = [m for m in ("eager", "static", "graphed") if any(m in g for g in groups.values())]
     rows = []
     for (gpu, model, ctx, attn, quant), by_mode in sorted(groups.items()):
-        s0, a0 = next(iter(by_mode.values()))
+        s0, a0 = by_mode.get("graphed") or next(iter(by_mode.values()))  # floors beside the graphed step, as the anatomy's
         meta0 = {"cell": s0["cell"], "arm": s0["cell"]["mode"], "scope": "completed", "stats_file": s0["_file"]}
         gid = f"{gpu}/{model}/ctx{ctx}/{attn}_{quant}"
         row = {"gpu": gpus[gpu]["display_name"], "model": models[model]["display_name"], "ctx": ctx,

@@ -100,6 +100,28 @@ def read_record(path: str | Path) -> dict:
     return record
 
 
+# What "cannot run here" looks like: no kernel for the call, an operation this build does not
+# implement. Anything else (out of memory, a CUDA error, a broken install) is a failure of the
+# stage itself: it writes no record, since a verdict written now would rule cells out for good.
+UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend for scaled_dot_product_attention", "not supported",
+                        "not implemented for", "no kernel image is available")
+
+
+class StageError(RuntimeError):
+    """The stage could not decide: nothing is recorded."""
+
+
+def unsupported(exc: BaseException) -> bool:
+    return isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MESSAGES)
+
+
+def _verdict(exc: BaseException, what: str) -> str:
+    """The reason a path cannot run, or StageError when the failure says nothing about the path."""
+    if unsupported(exc):
+        return _error_text(exc)
+    raise StageError(f"{what}: {_error_text(exc)} (not a missing kernel: fix the environment and run the stage again)") from exc
+
+
 def _error_text(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
@@ -142,8 +164,8 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
                 out[form] = {"runs": False, "reason": f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})", "max_abs_err": err}
             else:
                 out[form] = {"runs": True, "reason": None, "max_abs_err": err}
-        except Exception as exc:  # noqa: BLE001 - any failure of the kernel is the finding
-            out[form] = {"runs": False, "reason": _error_text(exc), "max_abs_err": None}
+        except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
+            out[form] = {"runs": False, "reason": _verdict(exc, f"attention {path.name} ({form})"), "max_abs_err": None}
     return out
 
 
@@ -166,7 +188,8 @@ def check_decode(path, device: str) -> dict[str, dict]:
     try:
         model = build_model(load_models()[DECODE_CHECK_CARD], device, path.attn_implementation)
     except Exception as exc:  # noqa: BLE001 - a path whose model cannot even be built
-        return {form: {"runs": False, "reason": "model build: " + _error_text(exc)} for form in ("dynamic", "static")}
+        reason = "model build: " + _verdict(exc, f"attention {path.name}: building the check card")
+        return {form: {"runs": False, "reason": reason} for form in ("dynamic", "static")}
     prompt = torch.randint(0, model.config.vocab_size, (1, DECODE_CHECK_CTX), device=device, generator=None)
     for form, mode in (("dynamic", "eager"), ("static", "static")):
         try:
@@ -178,8 +201,8 @@ def check_decode(path, device: str) -> dict[str, dict]:
                     dec.launch()
                     dec.read_token()
             out[form] = {"runs": True, "reason": None}
-        except Exception as exc:  # noqa: BLE001 - the finding
-            out[form] = {"runs": False, "reason": f"decode step through the model: {_error_text(exc)}"}
+        except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
+            out[form] = {"runs": False, "reason": "decode step through the model: " + _verdict(exc, f"attention {path.name} ({form}) in the model")}
     return out
 
 
@@ -194,14 +217,31 @@ def package_version(name: str | None) -> str | None:
         return None
 
 
-def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path) -> dict:
+def device_of(gpu) -> str:
+    """The device this machine offers for the GPU type, or StageError: a stage that ran on the
+    wrong machine would record that machine's verdicts under this GPU type's name."""
     import torch
 
+    if gpu.device != "cuda":
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise StageError(f"gpu '{gpu.key}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host")
+    name = torch.cuda.get_device_name(0)
+    if gpu.device_name_match and gpu.device_name_match.lower() not in name.lower():
+        raise StageError(f"gpu '{gpu.key}' expects a device named like '{gpu.device_name_match}', this host has '{name}'")
+    return "cuda"
+
+
+def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path, gpus_yaml=None) -> dict:
+    import torch
+
+    from decodegap.core.config import GPUS_YAML, load_gpus, lookup
     from decodegap.measure.attention import get_attention_path
     from decodegap.measure.environment import boot_id, static_environment
     from decodegap.measure.weights import get_weight_path
 
-    device = "cuda" if torch.cuda.is_available() and gpu_key != "cpu" else "cpu"
+    gpus_yaml = gpus_yaml or GPUS_YAML
+    device = device_of(lookup(load_gpus(gpus_yaml), gpu_key, "gpu", gpus_yaml))
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     env = static_environment(device)
     record = {
@@ -240,8 +280,8 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         try:
             built = path.build(device) if hasattr(path, "build") else None
             reason = path.check(device)
-        except Exception as exc:  # noqa: BLE001 - the finding
-            built, reason = None, _error_text(exc)
+        except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
+            built, reason = None, _verdict(exc, f"weights {name}")
         record["weights"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
                                    "runs": reason is None, "reason": reason}
         log(f"  {'runs' if reason is None else 'cannot run: ' + reason}")
@@ -263,6 +303,7 @@ def main(argv=None) -> int:
     p.add_argument("--attn", nargs="+", required=True, help="attention paths the config names")
     p.add_argument("--quant", nargs="+", required=True, help="weight paths the config names")
     p.add_argument("--out", required=True, help="the record (results/environment/<gpu>.json)")
+    p.add_argument("--gpus", default=None, help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
@@ -270,10 +311,13 @@ def main(argv=None) -> int:
     cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
-        record = build_record(args.gpu, args.attn, args.quant, cache_dir)
+        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus)
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2
+    except StageError as exc:
+        log(f"error: {exc}; no record written")
+        return 1
     write_record(record, args.out)
     ruled = [f"{a} ({f})" for a, v in record["attention"].items() for f, c in v["checks"].items() if not c["runs"]]
     ruled += [w for w, v in record["weights"].items() if not v["runs"]]
