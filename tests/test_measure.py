@@ -41,7 +41,7 @@ def test_fresh_process_session_end_to_end(tmp_path):
     for snap in ("host_start", "host_before_timed", "host_end"):
         assert {"steal_s", "run_delay_ms", "cpu_affinity"} <= set(rec["environment"][snap])  # None where the kernel hides them
     # the machine the statistics resample: this host's boot (the GPU's UUID where there is one)
-    from decodegap.analysis.aggregate import machine_id
+    from decodegap.core.record import machine_id
 
     with open("/proc/sys/kernel/random/boot_id") as f:
         assert rec["environment"]["boot_id"] == f.read().strip()

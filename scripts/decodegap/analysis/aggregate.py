@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from decodegap.core.sources import sha256_file
 from decodegap.core.errors import RawFileError
 from decodegap.core.floor import MemoryFloor
-from decodegap.core.record import read_filed_session
+from decodegap.core.record import machine_id, read_filed_session
 
 _KEY = pa.dictionary(pa.int32(), pa.string())
 CELL_FIELDS = [
@@ -129,14 +129,6 @@ def anatomy_columns(anatomy: dict | None) -> dict:
         return {"kernels_per_step": None, "gpu_busy_ms_per_step": None, "host_ops_json": None, "kernels_json": None}
     return {"kernels_per_step": anatomy["kernels_per_step"], "gpu_busy_ms_per_step": anatomy["gpu_busy_ms_per_step"],
             "host_ops_json": json.dumps(anatomy["host_ops"]), "kernels_json": json.dumps(anatomy["kernels"])}
-
-
-def machine_id(environment: dict) -> str:
-    """The machine a session ran on: its GPU's UUID (else the hostname), with the host's boot id
-    where the record has one (sessions from 2026-11-29 evening on)."""
-    gpu = environment.get("gpu") or {}
-    name = gpu.get("uuid") or environment.get("hostname") or "unknown"
-    return f"{name}/{environment['boot_id']}" if environment.get("boot_id") else name
 
 
 def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> tuple[list[dict], list[dict]]:

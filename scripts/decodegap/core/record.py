@@ -180,3 +180,11 @@ def read_filed_session(path: str | Path) -> dict:
             diff = {k: (from_path[k], in_file[k]) for k in from_path if from_path[k] != in_file[k]}
             raise RawFileError(f"{path}: filed under another cell; (path, file) disagree on {diff}")
     return record
+
+
+def machine_id(environment: dict) -> str:
+    """The machine a session ran on: its GPU's UUID (else the hostname), with the host's boot id
+    where the record has one (sessions from 2026-11-29 evening on)."""
+    gpu = environment.get("gpu") or {}
+    name = gpu.get("uuid") or environment.get("hostname") or "unknown"
+    return f"{name}/{environment['boot_id']}" if environment.get("boot_id") else name
