@@ -145,3 +145,14 @@ def test_only_a_missing_kernel_rules_a_path_out():
         class OutOfMemoryError(RuntimeError):
             pass
         setup._verdict(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "weights bf16")
+
+
+def test_a_gpu_type_the_user_defines_in_the_config_is_known_to_the_stage(tmp_path):
+    """The workflow passes the merged GPU table (config `gpus:` overrides), as it does to sessions."""
+    out = tmp_path / "cpu-as-l4.json"
+    spec = {"display_name": "CPU as L4", "device": "cpu", "b_peak_Bps": 2.0e10, "memory_bytes": None, "compute_capability": None,
+            "bandwidth_source": "test", "device_name_match": None}
+    argv = ["--gpu", "cpu-as-l4", "--attn", "sdpa", "--quant", "bf16", "--out", str(out), "--cache-dir", str(tmp_path / "c")]
+    assert setup.main(argv) == 2 and not out.exists()  # unknown without the spec
+    assert setup.main([*argv, "--gpu-spec", json.dumps(spec)]) == 0
+    assert setup.read_record(out)["gpu"] == "cpu-as-l4"

@@ -113,6 +113,12 @@ def measure_args(wildcards):
     return f"{protocol} --gpus {GPUS_YAML} --models {MODELS_YAML} --gpu-spec {spec}"
 
 
+def environment_args(wildcards):
+    """The GPU type's merged spec (user overrides included), as every session of it gets."""
+    spec = shlex.quote(json.dumps(GPU_TABLE[wildcards.gpu]))
+    return f"--gpus {GPUS_YAML} --gpu-spec {spec}"
+
+
 def gpu_resource(wildcards, field, default=None):
     """SLURM request for the GPU a cell names (config/gpus.yaml `slurm:` block)."""
     return PLAN.gpus[wildcards.gpu].slurm.get(field) or default

@@ -29,9 +29,10 @@ rule environment:
     params:
         attn=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[0]),
         quant=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[1]),
+        gpu=environment_args,
     shell:
         "python -m decodegap.measure.setup --gpu {wildcards.gpu} --attn {params.attn} --quant {params.quant}"
-        " --out {output} > {log} 2>&1"
+        " {params.gpu} --out {output} > {log} 2>&1"
 
 
 rule measure:

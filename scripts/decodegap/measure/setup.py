@@ -232,7 +232,8 @@ def device_of(gpu) -> str:
     return "cuda"
 
 
-def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path, gpus_yaml=None) -> dict:
+def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path, gpus_yaml=None,
+                 gpu_spec: dict | None = None) -> dict:
     import torch
 
     from decodegap.core.config import GPUS_YAML, load_gpus, lookup
@@ -241,7 +242,8 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
     from decodegap.measure.weights import get_weight_path
 
     gpus_yaml = gpus_yaml or GPUS_YAML
-    device = device_of(lookup(load_gpus(gpus_yaml), gpu_key, "gpu", gpus_yaml))
+    gpus = load_gpus(gpus_yaml, {gpu_key: gpu_spec} if gpu_spec else None)  # the user's merged table, as sessions get it
+    device = device_of(lookup(gpus, gpu_key, "gpu", gpus_yaml))
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     env = static_environment(device)
     record = {
@@ -304,6 +306,8 @@ def main(argv=None) -> int:
     p.add_argument("--quant", nargs="+", required=True, help="weight paths the config names")
     p.add_argument("--out", required=True, help="the record (results/environment/<gpu>.json)")
     p.add_argument("--gpus", default=None, help="GPU table (default: config/gpus.yaml)")
+    p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU type's fields, overriding its --gpus entry (the workflow "
+                                                    "passes the user's merged table, as to every session)")
     p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
@@ -311,7 +315,11 @@ def main(argv=None) -> int:
     cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
-        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus)
+        spec = json.loads(args.gpu_spec) if args.gpu_spec else None
+        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, spec)
+    except json.JSONDecodeError as exc:
+        log(f"error: --gpu-spec is not a JSON object: {exc}")
+        return 2
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2
