@@ -1,7 +1,8 @@
 # One job per cell: its raw sessions -> sessions/steps tables (aggregate) -> statistics (median
-# ms/step with a hierarchical bootstrap interval, R_floor, tokens/s, cost per token; for A/B cells
-# the speedup with percentile and BCa intervals). One job, two stages: job start-up, not the work,
-# dominated when they were separate. A new session reruns only its own cell.
+# ms/step with an interval over machines, R_floor in three forms, tokens/s, cost per token,
+# variance components, filter sensitivity; for A/B cells the speedup by every estimator). One job,
+# two stages: job start-up, not the work, dominated when they were separate. A new session reruns
+# only its own cell.
 
 
 rule cell:
