@@ -77,6 +77,20 @@ class GpuSpec:
         return cls(key=key, **fields)
 
 
+def load_gpu(key: str, path: str | Path | None = None, spec_json: str | None = None) -> GpuSpec:
+    """One GPU type from `path`, updated from `spec_json` (a JSON object of its fields: the
+    user's merged table as the workflow passes it to every GPU job); a ConfigError names the
+    bad key or the bad JSON."""
+    import json
+
+    path = path or GPUS_YAML
+    try:
+        overrides = {key: json.loads(spec_json)} if spec_json else None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--gpu-spec is not a JSON object: {exc}") from None
+    return lookup(load_gpus(path, overrides), key, "gpu", path)
+
+
 def load_gpus(path: str | Path = GPUS_YAML, overrides: Mapping[str, Any] | None = None) -> dict[str, GpuSpec]:
     """GPU table from `path`, each entry updated field by field from `overrides` (a user's config)."""
     table = load_yaml(path) or {}

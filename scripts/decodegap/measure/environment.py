@@ -176,6 +176,21 @@ def cpu_time_counters() -> dict:
     return out
 
 
+def device_problem(gpu) -> str | None:
+    """Why this host cannot stand for the GPU type (no CUDA, another device), or None: checked
+    before a session measures and before the environment stage records its verdicts."""
+    import torch
+
+    if gpu.device != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return f"gpu '{gpu.key}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host"
+    name = torch.cuda.get_device_name(0)
+    if gpu.device_name_match and gpu.device_name_match.lower() not in name.lower():
+        return f"gpu '{gpu.key}' expects a device named like '{gpu.device_name_match}', this host has '{name}'"
+    return None
+
+
 def boot_id() -> str | None:
     """This host's boot id (Linux): a lent GPU that comes back on a rebooted or another host is
     another machine, though its UUID is the same."""

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from decodegap.core import paths
-from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpus, load_models, lookup
+from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpu, load_models, lookup
 from decodegap.core.errors import CellNotPossible, ConfigError, DecodegapError, SessionExists
 from decodegap.core.protocol import Protocol
 
@@ -275,9 +275,7 @@ def main(argv=None) -> int:
         )
         if out.exists():
             raise SessionExists(f"{out}: session already recorded; sessions are immutable (pick another --session)")
-        overrides = {args.gpu: json.loads(args.gpu_spec)} if args.gpu_spec else None
-        gpus, models = load_gpus(args.gpus, overrides), load_models(args.models)
-        gpu = lookup(gpus, args.gpu, "gpu", args.gpus)
+        gpu, models = load_gpu(args.gpu, args.gpus, args.gpu_spec), load_models(args.models)
         card = lookup(models, args.model, "model", args.models)
         from decodegap.measure.attention import get_attention_path
         from decodegap.core.cells import arms_of
@@ -295,9 +293,6 @@ def main(argv=None) -> int:
     except SessionExists as exc:
         log(f"refused: {exc}")
         return 3
-    except json.JSONDecodeError as exc:
-        log(f"error: --gpu-spec is not a JSON object: {exc}")
-        return 2
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2
@@ -307,7 +302,7 @@ def main(argv=None) -> int:
 
     from decodegap.core.record import build_record
     from decodegap.measure.codeversion import code_version
-    from decodegap.measure.environment import foreign_processes, gpu_processes, gpu_uuid, host_snapshot, static_environment
+    from decodegap.measure.environment import device_problem, foreign_processes, gpu_processes, gpu_uuid, host_snapshot, static_environment
     from decodegap.core.protocol import judge_session
 
     session = Session(args, gpu, card, protocol)
@@ -319,12 +314,9 @@ def main(argv=None) -> int:
             from decodegap.measure.gpulock import acquire
 
             session.gpu_lock = acquire(log)
-        if not torch.cuda.is_available():
-            log(f"error: gpu '{args.gpu}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host")
-            return 2
-        name = torch.cuda.get_device_name(0)
-        if gpu.device_name_match and gpu.device_name_match.lower() not in name.lower():
-            log(f"error: gpu '{args.gpu}' expects a device named like '{gpu.device_name_match}', this host has '{name}'")
+        problem = device_problem(gpu)
+        if problem:
+            log(f"error: {problem}")
             return 2
     session.seed = args.session if args.seed is None else args.seed
     session.uuid = gpu_uuid(0) if session.device == "cuda" else None

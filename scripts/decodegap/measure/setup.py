@@ -217,33 +217,20 @@ def package_version(name: str | None) -> str | None:
         return None
 
 
-def device_of(gpu) -> str:
-    """The device this machine offers for the GPU type, or StageError: a stage that ran on the
-    wrong machine would record that machine's verdicts under this GPU type's name."""
-    import torch
-
-    if gpu.device != "cuda":
-        return "cpu"
-    if not torch.cuda.is_available():
-        raise StageError(f"gpu '{gpu.key}' needs CUDA, but torch {torch.__version__} sees no CUDA device on this host")
-    name = torch.cuda.get_device_name(0)
-    if gpu.device_name_match and gpu.device_name_match.lower() not in name.lower():
-        raise StageError(f"gpu '{gpu.key}' expects a device named like '{gpu.device_name_match}', this host has '{name}'")
-    return "cuda"
-
-
 def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path, gpus_yaml=None,
-                 gpu_spec: dict | None = None) -> dict:
+                 gpu_spec_json: str | None = None) -> dict:
     import torch
 
-    from decodegap.core.config import GPUS_YAML, load_gpus, lookup
+    from decodegap.core.config import load_gpu
     from decodegap.measure.attention import get_attention_path
-    from decodegap.measure.environment import boot_id, static_environment
+    from decodegap.measure.environment import boot_id, device_problem, static_environment
     from decodegap.measure.weights import get_weight_path
 
-    gpus_yaml = gpus_yaml or GPUS_YAML
-    gpus = load_gpus(gpus_yaml, {gpu_key: gpu_spec} if gpu_spec else None)  # the user's merged table, as sessions get it
-    device = device_of(lookup(gpus, gpu_key, "gpu", gpus_yaml))
+    gpu = load_gpu(gpu_key, gpus_yaml, gpu_spec_json)  # the user's merged table, as sessions get it
+    problem = device_problem(gpu)  # a stage on the wrong machine would record that machine's verdicts
+    if problem:
+        raise StageError(problem)
+    device = "cuda" if gpu.device == "cuda" else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     env = static_environment(device)
     record = {
@@ -315,11 +302,7 @@ def main(argv=None) -> int:
     cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
-        spec = json.loads(args.gpu_spec) if args.gpu_spec else None
-        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, spec)
-    except json.JSONDecodeError as exc:
-        log(f"error: --gpu-spec is not a JSON object: {exc}")
-        return 2
+        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec)
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2
