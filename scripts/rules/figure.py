@@ -15,6 +15,8 @@ def body():
         figures.anatomy(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     elif p.name == "deployment":
         figures.deployment(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
+    elif p.name == "attention":
+        figures.attention(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, snakemake.output)
     elif p.name == "host":
         figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:

@@ -9,6 +9,10 @@ p, out = snakemake.params, snakemake.output
 def body():
     if p.name == "matrix":
         tables.matrix_table(snakemake.wildcards.gpu, snakemake.input.stats, p.cells, p.gpu, p.models, out.tex, out.numbers)
+    elif p.name == "attention":
+        tables.attention_table(snakemake.input.stats, p.cells, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+    elif p.name == "attention_step":
+        tables.attention_step_table(snakemake.input.stats, p.cells, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "anatomy":
         tables.anatomy_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "host":

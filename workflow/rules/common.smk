@@ -46,7 +46,23 @@ REFERENCE = repo_path("config/reference/paper.yaml")
 MODELS_YAML = repo_path("config/models.yaml")
 GPUS_YAML = repo_path("config/gpus.yaml")
 GPU_TABLE = {k: vars(v) for k, v in PLAN.gpus.items()}
-MODEL_TABLE = {k: {"display_name": m.display_name} for k, m in PLAN.models.items()}
+MODEL_TABLE = {
+    k: {
+        "display_name": m.display_name,
+        # the attention layout, for the attention tables
+        "architecture": {
+            f: m.architecture.get(f)
+            for f in (
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "hidden_size",
+            )
+        },
+    }
+    for k, m in PLAN.models.items()
+}
 # The analysis code (the core and the analysis wing): an input of every analysis rule, so that
 # editing it reruns the analysis (never a measurement: the measure rule has no inputs at all).
 ANALYSIS_CODE = sorted(
@@ -71,6 +87,7 @@ FIGURE_CAPTIONS = {
     "ab": "A/B experiments: speedup of arm B over arm A (geometric mean of per-session ratios) with its 95 % interval over machines, per scope: completed sessions, the stability rule, host-nominal steps (hollow: published).",
     "anatomy": "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (the black tick: the graphed step).",
     "deployment": "Latency against cost per token at batch 1, one point per GPU, mode and weight path (filled: measured; hollow: the paper's published step times at the same prices).",
+    "attention": "Attention paths at batch 1: microseconds per layer for one decode-shaped call against the KV length, per head layout; filled: replayed from a CUDA graph (kernel time), hollow and dashed: launched op by op (the larger of launch cost and kernel time); stars: the paper's H100 figures (context not stated).",
     "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows the host; the graphed arm does not.",
 }
 FIGURE_LIST = [

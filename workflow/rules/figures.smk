@@ -146,3 +146,28 @@ rule figure_deployment:
         gpus=GPU_TABLE,
     script:
         "../../scripts/rules/figure.py"
+
+
+rule figure_attention:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.attention_stats(),
+        reference=REFERENCE,
+    output:
+        report(
+            paths.figure("attention")[0],
+            caption="../report/attention.rst",
+            category="Figures",
+        ),
+        paths.figure("attention")[1],
+    log:
+        paths.log("figures", "attention"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="attention",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/figure.py"

@@ -26,7 +26,7 @@ rule provenance:
     input:
         code=ANALYSIS_CODE,
         numbers=[paths.table_numbers(name) for name in PLAN.tables()],
-        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+        stats=PLAN.matrix_stats() + PLAN.ab_stats() + PLAN.attention_stats(),
     output:
         paths.PROVENANCE,
     log:

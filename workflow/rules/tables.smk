@@ -262,3 +262,54 @@ rule table_environment:
         gpus=GPU_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_attention:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.attention_stats(),
+        reference=REFERENCE,
+    output:
+        tex=report(
+            paths.table_tex("attention"),
+            caption="../report/attention_table.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("attention"),
+    log:
+        paths.log("tables", "attention"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="attention",
+        cells=PLAN.attention_cells(),
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"
+
+
+rule table_attention_step:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.attention_stats(),
+    output:
+        tex=report(
+            paths.table_tex("attention_step"),
+            caption="../report/attention_step.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("attention_step"),
+    log:
+        paths.log("tables", "attention_step"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="attention_step",
+        cells=PLAN.attention_cells(),
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

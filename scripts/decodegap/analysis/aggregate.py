@@ -58,6 +58,10 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("gpu_busy_ms_per_step", pa.float64()),
         pa.field("host_ops_json", pa.string()),  # top host operators: [{name, calls_per_step, cpu_*_ms_per_step}]
         pa.field("kernels_json", pa.string()),  # top kernels: [{name, calls_per_step, ms_per_step}]
+        # which attention kernels ran, by family (decodegap.measure.attention): {family: [names]}; null
+        # before 2026-11-30 or off the GPU
+        pa.field("attention_kernels_json", pa.string()),
+        pa.field("layers_per_step", pa.int32()),  # mode layer: attention calls per timed step
         pa.field("param_count", pa.int64()),
         pa.field("weight_bytes", pa.int64()),
         pa.field("weight_bytes_no_embedding", pa.int64()),
@@ -164,7 +168,8 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
     for arm in record["arms"] or [None]:
         if arm is None:
             sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "median_host_cpu_ms": None,
-                             "prefill_host_ms": None, **anatomy_columns(None), **common})
+                             "prefill_host_ms": None, **anatomy_columns(None), **common, "attention_kernels_json": None,
+                             "layers_per_step": None})
             continue
         timed = arm["timed"]
         host, device = timed["host_ms"], timed["device_ms"]
@@ -175,6 +180,8 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
                 "median_device_ms": _median(device) if device else None,
                 "median_host_cpu_ms": _median(cpu) if cpu else None,
                 "prefill_host_ms": arm["prefill"]["host_ms"], **anatomy_columns(arm.get("anatomy")), **common,
+                "attention_kernels_json": json.dumps(arm["attention_kernels"]) if "attention_kernels" in arm else None,
+                "layers_per_step": arm.get("layers_per_step"),
             }
         )
         n = len(host)

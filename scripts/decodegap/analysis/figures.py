@@ -292,3 +292,47 @@ def deployment(stats_files, reference: list[dict], gpus: dict, outputs) -> None:
     if not points:
         ax.text(0.5, 0.5, "no priced cell", ha="center", va="center", transform=ax.transAxes)
     save(fig, outputs)
+
+
+def attention(stats_files, reference: list[dict], gpus: dict, models: dict, outputs) -> None:
+    """us/layer against KV length, one panel per GPU and head layout, one colour per path: graphed
+    (filled, solid) and op by op (hollow, dashed); the paper's H100 figures as stars at the left."""
+    style()
+    rows = []
+    for s in load_stats(stats_files):
+        if s["cell"]["mode"] != "layer":
+            continue
+        for arm, a in ((s.get("completed") or {}).get("arms") or {}).items():
+            if a and a.get("us_per_layer") is not None:
+                rows.append({**s["cell"], "arm": arm, "us": a["us_per_layer"]})
+    df = pd.DataFrame(rows)
+    panels = list(dict.fromkeys(zip(df["gpu"], df["model"]))) if not df.empty else []
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.4 * max(1, len(panels)), 3.6), squeeze=False)
+    if df.empty:
+        axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
+    paths = list(dict.fromkeys(df["attn"])) if not df.empty else []
+    palette = dict(zip(paths, sns.color_palette("tab10", n_colors=max(1, len(paths)))))
+    paper = [f for f in reference if f["quantity"] == "attention_us_per_layer" and f.get("attn")]
+    for ax, (gpu, model) in zip(axes[0], panels):
+        sub = df[(df["gpu"] == gpu) & (df["model"] == model)]
+        for (attn, arm), g in sub.groupby(["attn", "arm"], sort=False):
+            g = g.sort_values("ctx")
+            graphed = arm == "layer-graphed"
+            ax.plot(g["ctx"], g["us"], marker="o", ms=4, ls="-" if graphed else "--", color=palette[attn],
+                    mfc=palette[attn] if graphed else "white", label=literal(attn) if graphed else None)
+        xmin = sub["ctx"].min() if not sub.empty else 2048
+        for f in paper:
+            ax.scatter([xmin / 1.6], [f["value"]], marker="*", s=60, color=palette.get(f["attn"], "black"), zorder=5)
+            ax.annotate(literal(f"{f['attn']} (paper, {gpus.get(f['gpu'], {}).get('display_name', f['gpu'])})"),
+                        (xmin / 1.6, f["value"]), fontsize=5, xytext=(4, 0), textcoords="offset points", va="center")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted(sub["ctx"].unique())
+        ax.set_xticks(ticks, [str(c) for c in ticks])
+        ax.set_xlim(xmin / 2, max(ticks) * 1.3 if ticks else 32768)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_title(literal(f"{gpus[gpu]['display_name']}, {models[model]['display_name']} layout"), fontsize=9)
+        ax.set_xlabel("KV length (tokens)")
+        ax.set_ylabel("µs per layer (median)")
+        ax.legend(fontsize=6, title="graphed (solid) / op by op (dashed)", title_fontsize=6)
+    save(fig, outputs)

@@ -124,6 +124,7 @@ def extract(stats: dict, entry: dict) -> float | None:
         "ms_per_step": "median_ms", "ms_per_step_ci_low": "ci_low_ms", "ms_per_step_ci_high": "ci_high_ms",
         "r_floor": "r_floor", "tokens_per_s": "tokens_per_s", "cost_usd_per_mtok": "cost_usd_per_mtok",
         "t_floor_ms": "t_floor_ms", "t_floor_no_embedding_ms": "t_floor_no_embedding_ms", "t_ceiling_ms": "t_ceiling_ms",
+        "us_per_layer": "us_per_layer",
     }
     if q in per_arm and arm:
         return scope["arms"][arm][per_arm[q]]
@@ -149,6 +150,8 @@ def extract(stats: dict, entry: dict) -> float | None:
         return _estimate_field(sp["estimators"][name], field)
     if q == "speedup":
         return sp.get("estimate")
+    if q == "launch_share":  # of an op-by-op time, the part a graph removes: 1 - graphed/op
+        return 1 - 1 / sp["estimate"]
     if q == "n_sessions":
         return sp.get("n_sessions")
     if q == "n_machines":

@@ -437,10 +437,29 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         sessions=sorted(int(s) for s in sel["session"].unique()),
         anatomy=arm_anatomy(sessions[sessions["arm"] == arm]),
     )
+    arm_rows = sessions[sessions["arm"] == arm]
+    out["attention_kernels"] = attention_families(arm_rows)
+    layers = arm_rows["layers_per_step"].dropna() if "layers_per_step" in arm_rows else []
+    if len(layers):  # the attention microbenchmark: the paper's unit, per layer
+        n = int(layers.iloc[0])
+        out.update(layers_per_step=n, us_per_layer=out["median_ms"] * 1e3 / n,
+                   us_per_layer_ci=[out["ci_low_ms"] * 1e3 / n, out["ci_high_ms"] * 1e3 / n] if out["ci_low_ms"] else None)
     launches = (out["anatomy"] or {}).get("kernels_per_step")
     out["host_model"] = hostmodel.fit(sel, launches, col, cfg.n_resamples, cfg.confidence,
                                       np.random.default_rng([cfg.seed, 1])) if arm in OP_BY_OP else None  # its own stream
     return out
+
+
+def attention_families(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """The attention kernels an arm's sessions ran, by family (the dispatcher's actual choice):
+    {family: sorted distinct kernel names} over every session that recorded them."""
+    import json
+
+    out: dict[str, set] = {}
+    for text in (rows["attention_kernels_json"].dropna() if "attention_kernels_json" in rows else []):
+        for family, names in json.loads(text).items():
+            out.setdefault(family, set()).update(names)
+    return {f: sorted(v) for f, v in sorted(out.items())}
 
 
 def arm_anatomy(rows: pd.DataFrame, top: int = 8) -> dict | None:

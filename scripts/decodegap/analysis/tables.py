@@ -572,3 +572,133 @@ def paper_tables(table_files, figures: list[dict], out_tex) -> None:
     tex = environment().get_template("paper_tables.tex.j2").render(macros=Markup(PREAMBLE_MACROS), tables=tables, figures=figs)
     Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
     Path(out_tex).write_text(tex)
+
+
+def _reason_of(s: dict) -> str:
+    """Why a cell has no completed session: its sessions' reasons, each said once."""
+    reasons = [r.split(": ", 1)[1] if r.startswith("s") and ": " in r else r for r in s.get("invalid_reasons", [])]
+    return "; ".join(dict.fromkeys(reasons)) or "no completed session"
+
+
+def _family_of(a: dict | None) -> str:
+    """The attention kernel family an arm's profiled steps ran (the dispatcher's choice, for sdpa)."""
+    fams = list((a or {}).get("attention_kernels") or {})
+    return "/".join(fams) if fams else "--"
+
+
+def _paper_us_per_layer(reference: list[dict], gpus: dict) -> dict[str, str]:
+    """The paper's per-layer attention figures by path: 'H100 SXM5 36.05'."""
+    out = {}
+    for f in reference:
+        if f["quantity"] == "attention_us_per_layer" and f.get("attn"):
+            out[f["attn"]] = f"{fmt(f['value'], 2)} ({gpus.get(f['gpu'], {}).get('display_name', f['gpu'])})"
+    return out
+
+
+def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """The paper's unit per path: us per layer for one decode-shaped attention call, op by op and
+    replayed from a graph, per head layout and KV length; the launch share (1 - graphed/op, from the
+    paired per-session ratio); the kernel that really ran; the paper's H100 figure beside it. A path
+    that cannot run has one row with its reason."""
+    stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
+    log = NumberLog("attention")
+    cells = [c for c in plan_cells if c["mode"] == "layer"]
+    ctxs = sorted({c["ctx"] for c in cells})
+    paper = _paper_us_per_layer(reference, gpus)
+    groups, notes, marks = [], [], _marks()
+    scope = "completed"
+    for gpu_key, model in dict.fromkeys((c["gpu"], c["model"]) for c in cells):
+        a = models[model]["architecture"]
+        layout = (f"{a['num_hidden_layers']} layers, {a['num_attention_heads']} query / {a['num_key_value_heads']} KV heads of "
+                  f"{a.get('head_dim') or a['hidden_size'] // a['num_attention_heads']}")
+        rows = []
+        for attn in dict.fromkeys(c["attn"] for c in cells if c["gpu"] == gpu_key and c["model"] == model):
+            per_ctx, failed, kernel = [], {}, "--"
+            for ctx in ctxs:
+                cell = {"gpu": gpu_key, "model": model, "ctx": ctx, "attn": attn, "quant": "bf16", "mode": "layer"}
+                cid = _cell_id(cell)
+                s = stats.get(cid)
+                arms = ((s or {}).get(scope) or {}).get("arms") or {}
+                op, gr = arms.get("layer-op"), arms.get("layer-graphed")
+                if s is None or s["status"] == "not measured":
+                    per_ctx.append(None)
+                    continue
+                if not (op and gr):
+                    failed[ctx] = _reason_of(s)
+                    per_ctx.append("failed")
+                    continue
+                meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
+                kernel = _family_of(gr) if kernel == "--" else kernel
+                sp = (s.get(scope) or {}).get("speedup")
+                share = log.num(f"launch_share/{cid}/{scope}", 1 - 1 / sp["estimate"], 2, quantity="launch_share", **meta) if sp else "--"
+                per_ctx.append({
+                    "op": log.num(f"us_per_layer/{cid}/layer-op/{scope}", op["us_per_layer"], 1, quantity="us_per_layer", arm="layer-op", **meta),
+                    "graphed": log.num(f"us_per_layer/{cid}/layer-graphed/{scope}", gr["us_per_layer"], 1, quantity="us_per_layer",
+                                       arm="layer-graphed", **meta),
+                    "share": share,
+                    "n": f"{s['n_completed']}",
+                })
+            row = {"path": attn, "kernel": kernel, "paper": paper.get(attn, ""), "cells": [], "reason": None}
+            if failed and len(failed) == len(ctxs) and len(set(failed.values())) == 1:  # cannot run at all: one row, one reason
+                mark = next(marks)
+                notes.append({"mark": mark, "text": f"{attn}: {next(iter(failed.values()))}"})
+                row["reason"] = Markup(rf"cannot run\textsuperscript{{{mark}}}")
+            else:
+                for ctx, c in zip(ctxs, per_ctx):
+                    if c is None:
+                        row["cells"].append({"op": NOT_MEASURED, "graphed": "", "share": ""})
+                    elif c == "failed":
+                        mark = next(marks)
+                        notes.append({"mark": mark, "text": f"{attn}, ctx {ctx}: {failed[ctx]}"})
+                        row["cells"].append({"op": Markup(rf"failed\textsuperscript{{{mark}}}"), "graphed": "", "share": ""})
+                    else:
+                        row["cells"].append(c)
+            rows.append(row)
+        groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "layout": layout, "rows": rows})
+    tex = environment().get_template("attention.tex.j2").render(groups=groups, ctxs=ctxs, notes=notes, ncols=3 + 3 * len(ctxs))
+    _write(tex, out_tex, log, out_numbers)
+
+
+def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """The whole decode step with each attention path inside the model: static and graphed ms per
+    step (both arms of one session), the launch tax between them, and the kernel that ran."""
+    stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
+    log = NumberLog("attention_step")
+    cells = [c for c in plan_cells if c["mode"] != "layer"]
+    ctxs = sorted({c["ctx"] for c in cells})
+    rows, notes, marks = [], [], _marks()
+    scope = "completed"
+    for gpu_key, model, attn in dict.fromkeys((c["gpu"], c["model"], c["attn"]) for c in cells):
+        row = {"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "path": attn, "cells": [], "kernel": "--"}
+        for ctx in ctxs:
+            # static and graphed from the cells of this ctx: one A/B cell (both arms, paired) or single-mode cells
+            found, tax, reasons, measured = {}, "--", [], False
+            for c in (c for c in cells if (c["gpu"], c["model"], c["attn"], c["ctx"]) == (gpu_key, model, attn, ctx)):
+                cid = _cell_id(c)
+                s = stats.get(cid)
+                if s is None or s["status"] == "not measured":
+                    continue
+                measured = True
+                sc = s.get(scope) or {}
+                if not sc.get("arms"):
+                    reasons.append(_reason_of(s))
+                    continue
+                meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
+                for arm in ("static", "graphed"):
+                    a = sc["arms"].get(arm)
+                    if a and arm not in found:
+                        found[arm] = log.num(f"ms_per_step/{cid}/{arm}/{scope}", a["median_ms"], 2, quantity="ms_per_step", arm=arm, **meta)
+                        row["kernel"] = _family_of(a) if row["kernel"] == "--" else row["kernel"]
+                if sc.get("speedup") and tax == "--":
+                    tax = log.num(f"speedup/{cid}/{scope}", sc["speedup"]["estimate"], 2, quantity="speedup", **meta)
+            if not measured:
+                row["cells"].append({"static": NOT_MEASURED, "graphed": "", "tax": ""})
+            elif not found:
+                mark = next(marks)
+                notes.append({"mark": mark, "text": f"{models[model]['display_name']}, {attn}, ctx {ctx}: {'; '.join(dict.fromkeys(reasons))}"})
+                row["cells"].append({"static": Markup(rf"failed\textsuperscript{{{mark}}}"), "graphed": "", "tax": ""})
+            else:
+                row["cells"].append({"static": found.get("static", "--"), "graphed": found.get("graphed", "--"), "tax": tax})
+        rows.append(row)
+    tex = environment().get_template("attention_step.tex.j2").render(rows=rows, ctxs=ctxs, notes=notes, ncols=4 + 3 * len(ctxs))
+    _write(tex, out_tex, log, out_numbers)

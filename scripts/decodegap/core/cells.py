@@ -65,21 +65,29 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     return config
 
 
-FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment")
+FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed")
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
+# The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
+# decode-shaped attention call per layer of the card, op by op and replayed from a graph, as two
+# arms of one session.
+LAYER_MODE = "layer"
+LAYER_ARMS = ("layer-op", "layer-graphed")
+HOST_LAUNCHED = OP_BY_OP + ("layer-op",)  # arms whose every kernel the host launches: host-nominal applies
 
 
 def arms_of(mode: str) -> list[str]:
     """The decode modes a session measures: one, or two for an A/B mode `ab-<arm>-<arm>`."""
     if mode in MODE_NAMES:
         return [mode]
+    if mode == LAYER_MODE:
+        return list(LAYER_ARMS)
     if mode.startswith("ab-"):
         arms = mode[3:].split("-")
         if len(arms) == 2 and all(a in MODE_NAMES for a in arms) and arms[0] != arms[1]:
             return arms
-    known = ", ".join(list(MODE_NAMES) + [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b])
+    known = ", ".join(list(MODE_NAMES) + [LAYER_MODE] + [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b])
     raise ConfigError(f"unknown mode '{mode}' (known: {known})")
 
 
@@ -133,10 +141,20 @@ class Plan:
         for exp in self.config["ab"]:
             for g in exp["gpus"]:
                 self.ab[Cell(g, exp["model"], exp["ctx"], exp["attn"], exp["quant"], exp["mode"])] = exp
+        # The attention-backend experiment: per-layer cells (mode layer) over layer_ctx, and the
+        # whole step with each path inside the model over step_ctx x step_modes.
+        att = self.config.get("attention") or {}
+        self.attention = []
+        for g in att.get("gpus", []):
+            for a in att["paths"]:
+                self.attention += [Cell(g, mo, c, a, "bf16", LAYER_MODE) for mo in att["layer_models"] for c in att["layer_ctx"]]
+                self.attention += [Cell(g, mo, c, a, "bf16", md) for mo in att["step_models"] for c in att["step_ctx"] for md in att["step_modes"]]
         self._existing: dict[Cell, list[str]] | None = None
         self.wanted = {c: m["sessions"] for c in self.matrix}
         for c, exp in self.ab.items():
             self.wanted[c] = max(self.wanted.get(c, 0), exp["sessions"])
+        for c in self.attention:
+            self.wanted[c] = max(self.wanted.get(c, 0), att["sessions"])
         self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
 
     @property
@@ -201,7 +219,7 @@ class Plan:
         return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
 
     def cells(self) -> list[Cell]:
-        return list(dict.fromkeys(self.matrix + list(self.ab)))
+        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention))
 
     def analysed(self, cells=None) -> list[Cell]:
         """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
@@ -226,8 +244,17 @@ class Plan:
     def ab_stats(self) -> list[str]:
         return [c.stats for c in self.analysed(list(self.ab))]
 
+    def attention_cells(self) -> list[dict]:
+        """The attention experiment's configured cells, as the tables list them."""
+        return [c.keys for c in self.attention]
+
+    def attention_stats(self) -> list[str]:
+        """The attention experiment's cells with something to analyse (the whole-step sdpa cells
+        are matrix cells too)."""
+        return [c.stats for c in self.analysed(self.attention)]
+
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:

@@ -8,8 +8,9 @@ torch.profiler. From the trace:
                          GPU spent working, gaps excluded
   host_ops               the host-side operators with the most CPU time per step (aten level: the
                          attention dispatch among them), their calls and self/total CPU ms
-  kernels                the device kernels with the most time per step, by name (which attention
-                         kernel ran, for instance)
+  kernels                the device kernels with the most time per step, by name
+  kernel_names           every kernel name seen, with its calls per step: which attention kernel
+                         ran (decodegap.measure.attention checks it against the path)
 The profiler slows the host side, so nothing here is a step time: the timed samples are.
 """
 
@@ -54,6 +55,7 @@ def summarize(events, n_steps: int) -> dict:
                       "cpu_self_ms_per_step": sum(s for _, s in v) / 1e3 / n_steps} for name, v in ops],
         "kernels": [{"name": name[:200], "calls_per_step": len(v) / n_steps, "ms_per_step": sum(v) / 1e3 / n_steps}
                     for name, v in top_kernels],
+        "kernel_names": {name[:200]: len(v) / n_steps for name, v in sorted(by_kernel.items())},
     }
 
 

@@ -1,24 +1,73 @@
 """Attention paths: which kernel computes attention in a decode step.
 
+A path is measured two ways (decodegap.measure.layer, and a whole step through the model):
+
+- `layer_call(q, k, v)`: the paper's unit, one decode-shaped call (one query token against a GQA
+  KV of the cache's length), on tensors in the path's own `layout`, so no copy is timed with it;
+- `attn_implementation`: the name transformers builds the model with. A backend transformers does
+  not ship is registered once through its AttentionInterface (`register()`), never by patching.
+
 `sdpa` leaves the choice to PyTorch's SDPA dispatcher (transformers' default); `sdpa-<backend>`
-pins one backend, so a backend that has no kernel for the decode shape fails as an expected,
-recorded failure instead of silently falling back. Adding a path is one entry in PATHS.
+pins one backend, so a backend that has no kernel for the shape fails as a recorded failure. For
+every path, `kernel_pattern` says which kernel names prove it ran: the session's profiler pass
+checks them, and a path that silently ran another kernel is invalid with that reason
+(`fallback_reason`). `unavailable()` says precisely why a path cannot run here (package missing,
+no build for this GPU), before anything is timed. Adding a path is one entry in PATHS.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 
-from decodegap.core.errors import ConfigError
+from decodegap.core.errors import CellNotPossible, ConfigError
+
+# Which backend a kernel name belongs to, first match wins: names the dispatcher's actual choice
+# (sdpa) and tells a fallback apart. Checked against kernel names seen on the H200 (tests/test_attention.py).
+KERNEL_FAMILIES = (
+    ("flashinfer", r"flashinfer|SingleDecodeWithKVCache|BatchDecodeWithPagedKVCache"),
+    ("fa3", r"FlashAttnFwdSm90|flash::enable_sm90"),
+    ("fa4", r"flash_attn.?cute|FlashAttentionForwardSm|kernel_cutlass_kernel_flash"),
+    ("cudnn", r"cudnn|fort_native_sdpa|sdpa_sm\d+|fmha_sm\d+"),
+    ("flex", r"flex|triton_tem_fused"),
+    ("flash", r"flash_fwd|pytorch_flash"),
+    ("efficient", r"fmha_cutlass|efficient_attention|mem_eff"),
+    ("math", r"softmax"),
+)
+
+
+def kernel_family(name: str) -> str | None:
+    for family, pattern in KERNEL_FAMILIES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return family
+    return None
+
+
+def attention_kernels(kernel_names) -> dict[str, list[str]]:
+    """The attention kernels among a step's kernel names, by family (matmuls, norms and copies
+    fall in none)."""
+    out: dict[str, list[str]] = {}
+    for name in kernel_names:
+        fam = kernel_family(name)
+        if fam is not None:
+            out.setdefault(fam, []).append(name)
+    return out
 
 
 @dataclass(frozen=True)
 class AttentionPath:
     name: str
-    attn_implementation: str  # transformers' attn_implementation
+    attn_implementation: str  # transformers' attn_implementation (a registered name for our own)
     sdpa_backend: str | None = None  # name of a torch.nn.attention.SDPBackend member, or None
     package: str = "torch"  # the distribution that ships the kernel: its version goes in the environment record
+    module: str = "torch"  # what must import for the path to exist
+    families: tuple[str, ...] = ()  # kernel families that prove it ran (KERNEL_FAMILIES); () = any (the dispatcher)
+    layout: str = "bhsd"  # how layer_call wants q/k/v: bhsd (batch, heads, seq, dim) or bshd
+    min_capability: tuple[int, int] | None = None  # lowest CUDA compute capability with a build
+    max_capability: tuple[int, int] | None = None
+    install: str = ""  # how the package is had, for the reason when it is missing
+    static_cache: str | None = None  # why the path cannot serve transformers' StaticCache, if it cannot
 
     def context(self):
         """A context manager under which every step (and a graph capture) must run."""
@@ -28,13 +77,162 @@ class AttentionPath:
 
         return sdpa_kernel([getattr(SDPBackend, self.sdpa_backend)])
 
+    def unavailable(self, device: str) -> str | None:
+        """Why this path cannot run on this machine at all, or None: its package does not import,
+        or it has no build for this GPU. Decided before anything is timed."""
+        import importlib
 
+        try:
+            importlib.import_module(self.module)
+        except Exception as exc:  # noqa: BLE001 - ImportError, or an import that fails inside (a missing .so)
+            text = str(exc).strip().splitlines()
+            return (f"package not installed: `import {self.module}` fails ({type(exc).__name__}: {text[0][:200] if text else ''})"
+                    + (f"; {self.install}" if self.install else ""))
+        if self.name in ("fa2", "fa3", "fa4", "flashinfer", "flex") and device != "cuda":
+            return f"{self.name} has CUDA kernels only; device {device}"
+        if device == "cuda" and (self.min_capability or self.max_capability):
+            import torch
+
+            cap = torch.cuda.get_device_capability()
+            lo, hi = self.min_capability or (0, 0), self.max_capability or (99, 99)
+            if not lo <= cap <= hi:
+                return (f"no build for sm_{cap[0]}{cap[1]}: {self.name} runs on compute capability "
+                        f"{lo[0]}.{lo[1]}" + (f" to {hi[0]}.{hi[1]}" if self.max_capability else " and newer"))
+        return None
+
+    def register(self) -> None:
+        """Make attn_implementation known to transformers (our own functions only)."""
+        if self.name == "flashinfer":
+            _register_flashinfer()
+
+    def layer_call(self):
+        """fn(q, k, v) -> attention output for one decode-shaped call, q of one token, k/v of the
+        whole cache, GQA (fewer KV heads than query heads), tensors in `layout`."""
+        return _LAYER_CALLS[self.name if self.name in _LAYER_CALLS else "sdpa"]()
+
+    def fallback_reason(self, kernel_names) -> str | None:
+        """Why a measurement with these kernels is not a measurement of this path, or None."""
+        names = list(kernel_names)
+        found = attention_kernels(names)
+        if not self.families:
+            return None if found else "no attention kernel seen in the profiled steps"
+        ours = [f for f in found if f in self.families]
+        if ours:
+            return None
+        seen = ", ".join(f"{f} ({found[f][0][:80]})" for f in found) or "no attention kernel"
+        return f"fell back: {self.name} should run a {'/'.join(self.families)} kernel, the profiled steps ran {seen}"
+
+
+def _sdpa_call():
+    import torch.nn.functional as F
+
+    def call(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    return call
+
+
+def _flex_call():
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    compiled = torch.compile(flex_attention, dynamic=False)  # flex is a template: it runs compiled or not at all
+
+    def call(q, k, v):
+        return compiled(q, k, v, enable_gqa=True)
+
+    return call
+
+
+def _fa2_call():
+    from flash_attn import flash_attn_func
+
+    return lambda q, k, v: flash_attn_func(q, k, v)
+
+
+def _fa3_call():
+    from flash_attn_interface import flash_attn_func
+
+    def call(q, k, v):
+        out = flash_attn_func(q, k, v)
+        return out[0] if isinstance(out, tuple) else out
+
+    return call
+
+
+def _fa4_call():
+    from flash_attn.cute import flash_attn_func
+
+    def call(q, k, v):
+        out = flash_attn_func(q, k, v)
+        return out[0] if isinstance(out, tuple) else out
+
+    return call
+
+
+def _flashinfer_call():
+    import flashinfer
+
+    def call(q, k, v):  # bhsd with batch 1: q[0, :, 0] is (heads, dim), k[0] is (kv heads, seq, dim): HND
+        return flashinfer.single_decode_with_kv_cache(q[0, :, 0], k[0], v[0], kv_layout="HND")
+
+    return call
+
+
+_LAYER_CALLS = {"sdpa": _sdpa_call, "flex": _flex_call, "fa2": _fa2_call, "fa3": _fa3_call, "fa4": _fa4_call,
+                "flashinfer": _flashinfer_call}
+
+FLASHINFER_STATIC = ("FlashInfer's decode kernel takes the whole KV as given, with no length or mask, and transformers' "
+                     "StaticCache hands every layer its preallocated max_cache_len buffer, unfilled tail included; its paged "
+                     "wrapper needs a host-side plan() each step, which no step captured as one graph can hold")
+
+
+def _register_flashinfer() -> None:
+    """`decodegap-flashinfer` for transformers: FlashInfer's single-request decode kernel for the
+    decode steps; the prompt's prefill (never timed) goes through SDPA."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:  # older transformers: no mask interface, every custom function gets no mask
+        AttentionMaskInterface = sdpa_mask = None
+
+    def flashinfer_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        import flashinfer
+
+        if query.shape[0] != 1 or query.shape[2] != 1:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        if attention_mask is not None:  # only a static cache's unfilled tail needs a mask at batch-1 decode
+            raise CellNotPossible(FLASHINFER_STATIC)
+        out = flashinfer.single_decode_with_kv_cache(query[0, :, 0], key[0], value[0], kv_layout="HND", sm_scale=scaling)
+        return out.view(1, 1, *out.shape), None  # transformers takes (batch, q_len, heads, dim)
+
+    AttentionInterface.register("decodegap-flashinfer", flashinfer_attention_forward)
+    if AttentionMaskInterface is not None:  # the boolean SDPA mask: None whenever every key is valid
+        AttentionMaskInterface.register("decodegap-flashinfer", sdpa_mask)
+
+
+NO_WHEEL = "PyPI has no wheel for this torch, CUDA and Python"
 PATHS = {
     "sdpa": AttentionPath("sdpa", "sdpa"),
-    "sdpa-flash": AttentionPath("sdpa-flash", "sdpa", "FLASH_ATTENTION"),
-    "sdpa-cudnn": AttentionPath("sdpa-cudnn", "sdpa", "CUDNN_ATTENTION"),
-    "sdpa-efficient": AttentionPath("sdpa-efficient", "sdpa", "EFFICIENT_ATTENTION"),
-    "sdpa-math": AttentionPath("sdpa-math", "sdpa", "MATH"),
+    "sdpa-flash": AttentionPath("sdpa-flash", "sdpa", "FLASH_ATTENTION", families=("flash",)),
+    "sdpa-cudnn": AttentionPath("sdpa-cudnn", "sdpa", "CUDNN_ATTENTION", families=("cudnn",)),
+    "sdpa-efficient": AttentionPath("sdpa-efficient", "sdpa", "EFFICIENT_ATTENTION", families=("efficient",)),
+    "sdpa-math": AttentionPath("sdpa-math", "sdpa", "MATH", families=("math",)),
+    "flex": AttentionPath("flex", "flex_attention", families=("flex",)),
+    "fa2": AttentionPath("fa2", "flash_attention_2", package="flash-attn", module="flash_attn", families=("flash",),
+                         layout="bshd", min_capability=(8, 0),
+                         install=f"{NO_WHEEL} (flash-attn is published as source only; envs/README.md gives the build)"),
+    "fa3": AttentionPath("fa3", "flash_attention_3", package="flash-attn-3", module="flash_attn_interface", families=("fa3",),
+                         layout="bshd", min_capability=(9, 0), max_capability=(9, 0),
+                         install=f"{NO_WHEEL} (FlashAttention-3 is built from flash-attention's hopper/ source, which is not on PyPI)"),
+    "flashinfer": AttentionPath("flashinfer", "decodegap-flashinfer", package="flashinfer-python", module="flashinfer",
+                                families=("flashinfer",), min_capability=(7, 5), static_cache=FLASHINFER_STATIC,
+                                install="pip install flashinfer-python (kernels compile at first use, JIT)"),
+    "fa4": AttentionPath("fa4", "flash_attention_4", package="flash-attn-4", module="flash_attn.cute", families=("fa4",),
+                         layout="bshd", min_capability=(9, 0),
+                         install="pip install --pre flash-attn-4 (CuTe DSL kernels, compiled at first use)"),
 }
 
 

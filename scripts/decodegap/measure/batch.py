@@ -22,9 +22,11 @@ from decodegap.core import paths
 
 
 def planned(args) -> list[dict]:
+    """Sessions in the order they run: every cell's first session before any cell's second, so a
+    deadline leaves cells with fewer sessions rather than some with none."""
     cells = []
-    for model, ctx, mode, session in itertools.product(args.models, args.ctx, args.modes, args.sessions):
-        cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=args.attn, quant=args.quant, mode=mode, session=session))
+    for session, attn, model, ctx, mode in itertools.product(args.sessions, args.attn, args.models, args.ctx, args.modes):
+        cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=attn, quant=args.quant, mode=mode, session=session))
     return cells
 
 
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--ctx", nargs="+", type=int, required=True)
     p.add_argument("--modes", nargs="+", required=True)
     p.add_argument("--sessions", nargs="+", type=int, required=True)
-    p.add_argument("--attn", default="sdpa")
+    p.add_argument("--attn", nargs="+", default=["sdpa"], help="attention paths (default: sdpa)")
     p.add_argument("--quant", default="bf16")
     p.add_argument("--root", default=".")
     p.add_argument("--deadline-s", type=float, default=None, help="start no session after this many seconds")
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
         for key in ("gpu", "model", "ctx", "attn", "quant", "mode", "session"):
             cmd += [f"--{key}", str(cell[key])]
         cmd += extra
-        label = f"{cell['model']} ctx{cell['ctx']} {cell['mode']} s{cell['session']:02d}"
+        label = f"{cell['model']} ctx{cell['ctx']} {cell['attn']} {cell['mode']} s{cell['session']:02d}"
         t = time.perf_counter()
         if args.log_dir:
             log = Path(args.log_dir) / (paths.session_path(**cell).relative_to(paths.RAW_ROOT).as_posix().replace("/", "__") + ".log")

@@ -119,6 +119,7 @@ class Session:
         self.cpu_probe: dict | None = None
         self.host_before_timed: dict | None = None
         self.warnings: list[str] = []  # found while measuring; judged ones are added at the end
+        self.fallbacks: list[str] = []  # arms whose profiled steps ran another attention kernel than the path's
 
     def _phase(self, name: str, t0: float) -> float:
         dt = time.perf_counter() - t0
@@ -134,8 +135,12 @@ class Session:
         from decodegap.core.floor import MemoryFloor, kv_bytes
         from decodegap.core.record import floor_record
         from decodegap.measure.anatomy import profile_steps
+        from decodegap.measure.attention import attention_kernels
+        from decodegap.core.cells import LAYER_ARMS
+        from decodegap.measure.layer import make_layer_decoder
         from decodegap.measure.modes import make_decoder
         from decodegap.measure.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms, timed
+        from decodegap.measure.weights import StoredWeights
 
         args, p, seed = self.args, self.protocol, self.seed
         t = time.perf_counter()
@@ -143,11 +148,15 @@ class Session:
         self._phase("bandwidth", t)
         log(f"bandwidth: device copy {copy_Bps / 1e9:.1f} GB/s (datasheet {self.gpu.b_peak_Bps / 1e9:.0f} GB/s)")
 
+        layer = arm_modes[0] in LAYER_ARMS  # the attention microbenchmark: no model, one call per layer
         t = time.perf_counter()
-        model = weights.prepare(build_model(self.card, self.device, attn.attn_implementation, seed))
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-        stored = weights.stored(model)
+        if layer:
+            model, stored = None, StoredWeights(0, 0, 0)
+        else:
+            model = weights.prepare(build_model(self.card, self.device, attn.attn_implementation, seed))
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            stored = weights.stored(model)
         floor = MemoryFloor(
             weight_bytes=stored.weight_bytes,
             weight_bytes_no_embedding=stored.weight_bytes_no_embedding,
@@ -156,10 +165,10 @@ class Session:
             copy_bandwidth_Bps=copy_Bps,
         )
         self.floor = floor_record(floor, self.card.kv_bytes_per_token(), stored.param_count)
-        log(
-            f"build: {self.card.key} {stored.param_count / 1e9:.3f} B params, W {stored.weight_bytes / 1e9:.2f} GB, "
-            f"K {floor.kv_bytes / 1e9:.3f} GB, t_floor {floor.t_floor_s * 1e3:.3f} ms in {self._phase('build', t):.1f} s"
-        )
+        what = (f"attention only, {self.card.architecture['num_hidden_layers']} layers" if layer
+                else f"{stored.param_count / 1e9:.3f} B params, W {stored.weight_bytes / 1e9:.2f} GB")
+        log(f"build: {self.card.key} {what}, K {floor.kv_bytes / 1e9:.3f} GB, t_floor {floor.t_floor_s * 1e3:.3f} ms "
+            f"in {self._phase('build', t):.1f} s")
 
         gen = torch.Generator(device=self.device).manual_seed(seed)
         vocab = self.card.architecture["vocab_size"]
@@ -172,10 +181,14 @@ class Session:
         with torch.inference_mode(), attn.context():
             for mode in arm_modes:
                 t = time.perf_counter()
-                dec = make_decoder(mode, model, max_cache_len)
+                if layer:
+                    dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+                    dec = make_layer_decoder(mode, self.card, attn, args.ctx, self.device, dtype, seed)
+                else:
+                    dec = make_decoder(mode, model, max_cache_len)
                 _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
                 self._phase("prefill", t)
-                log(f"prefill [{mode}]: {args.ctx} tokens in {host_ms:.1f} ms")
+                log(f"prefill [{mode}]: " + ("first call (compiles what compiles)" if layer else f"{args.ctx} tokens") + f" in {host_ms:.1f} ms")
                 t = time.perf_counter()
                 prepare_steps = dec.prepare()
                 if prepare_steps:
@@ -186,6 +199,8 @@ class Session:
                 self.arms.append(
                     {"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps}
                 )
+                if layer:
+                    self.arms[-1]["layers_per_step"] = dec.layers
 
             gc.collect()
             gc.disable()  # a collection inside the loop would be timed as a slow step
@@ -240,6 +255,14 @@ class Session:
                     a = arm["anatomy"]
                     busy = f", GPU busy {a['gpu_busy_ms_per_step']:.3f} ms" if a["gpu_busy_ms_per_step"] is not None else ""
                     log(f"profile [{arm['mode']}]: {a['kernels_per_step']:.0f} kernels/step{busy}")
+                    if self.device == "cuda":  # which attention kernel ran: a silent fallback is no measurement of the path
+                        names = a.get("kernel_names") or {}
+                        arm["attention_kernels"] = attention_kernels(names)
+                        fell_back = attn.fallback_reason(names)
+                        log(f"attention [{arm['mode']}]: " + (", ".join(arm["attention_kernels"]) or "none seen")
+                            + (f"; {fell_back}" if fell_back else ""))
+                        if fell_back:
+                            self.fallbacks.append(f"{arm['mode']}: {fell_back}")
                 self._phase("profile", t)
 
     def snapshot(self):
@@ -341,6 +364,12 @@ def main(argv=None) -> int:
         if ruled:
             error = {"kind": "ruled out", "message": ruled}
         else:
+            why = attn.unavailable(session.device)
+            if why is None and attn.static_cache and any(a in ("static", "graphed") for a in arm_modes):
+                why = f"{args.attn} cannot run on a static cache: {attn.static_cache}"
+            if why:
+                raise CellNotPossible(why)
+            attn.register()
             session.run(arm_modes, attn, weights)
     except Exception as exc:  # noqa: BLE001 - sorted into expected (data) and unexpected (raised)
         expected = classify_expected(exc)
@@ -361,6 +390,7 @@ def main(argv=None) -> int:
 
     if error is None:
         reasons, warnings = judge_session(session.arms, protocol, foreign, throttled)
+        reasons += session.fallbacks
     else:
         reasons, warnings = [f"{error['kind']}: {error['message']}"], []
     warnings += proc_warnings + session.warnings

@@ -43,7 +43,8 @@ REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
 CHECK_KV_TOKENS = 515
 CHECK_HEADS = (28, 4, 128)  # query heads, KV heads, head dim: a 7-8B GQA card's layout
 CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
-FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",)}  # the attention call each mode makes
+# The attention call each arm makes: the layer microbenchmark calls the dynamic-cache form.
+FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",), "layer-op": ("dynamic",), "layer-graphed": ("dynamic",)}
 
 
 def log(msg: str) -> None:
@@ -115,10 +116,16 @@ def unsupported(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MESSAGES)
 
 
-def _verdict(exc: BaseException, what: str) -> str:
-    """The reason a path cannot run, or StageError when the failure says nothing about the path."""
+def _verdict(exc: BaseException, what: str, package: str = "torch") -> str:
+    """The reason a path cannot run, or StageError when the failure says nothing about the path.
+    A path from its own package (FlashInfer, flash-attn) whose kernel fails to build or run for
+    this torch and CUDA cannot run here: that is the finding, unless the device itself failed (out
+    of memory, a CUDA error), which says nothing about the path."""
     if unsupported(exc):
         return _error_text(exc)
+    device_failure = type(exc).__name__ in ("OutOfMemoryError", "AcceleratorError") or "CUDA error" in str(exc)
+    if package != "torch" and not device_failure:
+        return f"{package}'s kernel fails here: {_error_text(exc)}"
     raise StageError(f"{what}: {_error_text(exc)} (not a missing kernel: fix the environment and run the stage again)") from exc
 
 
@@ -132,6 +139,9 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
     import torch
     import torch.nn.functional as F
 
+    why = path.unavailable(device)
+    if why:
+        return {form: {"runs": False, "reason": why, "max_abs_err": None} for form in ("dynamic", "static")}
     hq, hkv, d = CHECK_HEADS
     g = torch.Generator(device="cpu").manual_seed(0)
     q = torch.randn(1, hq, 1, d, generator=g)
@@ -144,8 +154,12 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
     mask[..., :CHECK_KV_TOKENS] = True
     pad = torch.zeros(1, hq, padded, d)
 
-    def dynamic():
-        return F.scaled_dot_product_attention(q.to(device, dtype), k.to(device, dtype), v.to(device, dtype), enable_gqa=True)
+    def dynamic():  # the path's own decode call (the layer microbenchmark's), in its layout
+        bshd = path.layout == "bshd"
+        qq, kk, vv = (x.transpose(1, 2).contiguous() if bshd else x for x in (q, k, v))
+        got = path.layer_call()(qq.to(device, dtype), kk.to(device, dtype), vv.to(device, dtype))
+        got = got.reshape(1, 1, hq, d).transpose(1, 2) if (bshd or got.dim() == 2) else got
+        return got
 
     def static():
         kk, vv = (torch.cat([x, pad], dim=2).to(device, dtype) for x in (k_rep, v_rep))
@@ -154,6 +168,10 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
     tol = 2e-2 if dtype != torch.float32 else 1e-4
     out = {}
     for form, call in (("dynamic", dynamic), ("static", static)):
+        if form == "static" and path.sdpa_backend is None and path.name != "sdpa":  # not an SDPA call: only the model shows it
+            out[form] = ({"runs": False, "reason": path.static_cache, "max_abs_err": None} if path.static_cache
+                         else {"runs": True, "reason": None, "max_abs_err": None, "checked": "in the model only"})
+            continue
         try:
             with path.context():
                 got = call().float().cpu()
@@ -165,7 +183,7 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
             else:
                 out[form] = {"runs": True, "reason": None, "max_abs_err": err}
         except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
-            out[form] = {"runs": False, "reason": _verdict(exc, f"attention {path.name} ({form})"), "max_abs_err": None}
+            out[form] = {"runs": False, "reason": _verdict(exc, f"attention {path.name} ({form})", path.package), "max_abs_err": None}
     return out
 
 
@@ -185,13 +203,20 @@ def check_decode(path, device: str) -> dict[str, dict]:
     from decodegap.measure.modes import make_decoder
 
     out = {}
+    why = path.unavailable(device)
+    if why:
+        return {form: {"runs": False, "reason": why} for form in ("dynamic", "static")}
     try:
+        path.register()
         model = build_model(load_models()[DECODE_CHECK_CARD], device, path.attn_implementation)
     except Exception as exc:  # noqa: BLE001 - a path whose model cannot even be built
-        reason = "model build: " + _verdict(exc, f"attention {path.name}: building the check card")
+        reason = "model build: " + _verdict(exc, f"attention {path.name}: building the check card", path.package)
         return {form: {"runs": False, "reason": reason} for form in ("dynamic", "static")}
     prompt = torch.randint(0, model.config.vocab_size, (1, DECODE_CHECK_CTX), device=device, generator=None)
     for form, mode in (("dynamic", "eager"), ("static", "static")):
+        if form == "static" and path.static_cache:
+            out[form] = {"runs": False, "reason": path.static_cache}
+            continue
         try:
             with torch.inference_mode(), path.context():
                 dec = make_decoder(mode, model, DECODE_CHECK_CTX + 8)
@@ -202,7 +227,7 @@ def check_decode(path, device: str) -> dict[str, dict]:
                     dec.read_token()
             out[form] = {"runs": True, "reason": None}
         except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
-            out[form] = {"runs": False, "reason": "decode step through the model: " + _verdict(exc, f"attention {path.name} ({form}) in the model")}
+            out[form] = {"runs": False, "reason": "decode step through the model: " + _verdict(exc, f"attention {path.name} ({form}) in the model", path.package)}
     return out
 
 
