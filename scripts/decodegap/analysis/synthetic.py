@@ -24,15 +24,15 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
            spread: float = 0.01, reasons: list[str] | None = None) -> dict:
     card = load_models()[cell["model"]]
     gpu = load_gpus()[cell["gpu"]]
-    w = card.param_count() * 2
-    w_noemb = w - (0 if card.tied_embeddings else card.embedding_params() * 2)
+    w = 0 if cell["mode"] == "layer" else card.param_count() * 2  # the attention microbenchmark reads only KV
+    w_noemb = w - (0 if card.tied_embeddings or not w else card.embedding_params() * 2)
     floor = MemoryFloor(w, w_noemb, kv_bytes(card.kv_bytes_per_token(), cell["ctx"]), gpu.b_peak_Bps, 0.85 * gpu.b_peak_Bps)
     arms_modes = arms_of(cell["mode"])
     # a protocol the synthetic samples satisfy, so that a record without reasons is valid by its own data
     protocol = Protocol(timed_steps=n_steps, ab_blocks=max(1, n_steps // 16), ab_block_steps=16, min_samples=min(n_steps, 64), min_duration_s=0.0)
     arms = []
     for i, mode in enumerate(arms_modes):
-        level = base_ms * (1.0 if mode == "graphed" else 1.3) * (1 + 0.02 * rng.standard_normal())
+        level = base_ms * (1.0 if mode in ("graphed", "layer-graphed") else 1.3) * (1 + 0.02 * rng.standard_normal())
         host = (level * (1 + spread * rng.standard_normal(n_steps))).clip(min=0.001)
         device = host * 0.99
         probe_ms = lambda n: (protocol.step_probe_iterations * 33e-6 * (1 + 0.02 * rng.random(n))).tolist()  # noqa: E731
@@ -50,7 +50,10 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
                               "cpu_total_ms_per_step": (39.0 if mode == "eager" else 2.1) * base_ms / 10, "cpu_self_ms_per_step": 0.1}],
                 "kernels": [{"name": "flash_fwd_kernel", "calls_per_step": 28.0, "ms_per_step": 0.05 * base_ms}],
             },
+            "attention_kernels": {"flash": ["flash_fwd_kernel"]},
         })
+        if mode.startswith("layer-"):  # the attention microbenchmark: one call per layer per step
+            arms[-1]["layers_per_step"] = card.architecture["num_hidden_layers"]
     return build_record(
         cell=cell, session=session, seed=session, reasons=list(reasons or []), warnings=[], protocol=protocol,
         arms=arms, block_order=[],
@@ -66,6 +69,14 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
         time={"started_utc": "2026-01-01T00:00:00+00:00", "finished_utc": "2026-01-01T00:00:01+00:00", "duration_s": 1.0, "phases_s": {}},
         error=None,
     )
+
+
+def not_possible_record(cell: dict, session: int, reason: str) -> dict:
+    """A session of a cell that cannot run (a missing package, a missing kernel): no arm, its reason."""
+    rec = record(cell, session, 64, np.random.default_rng(session))
+    rec.update(status="invalid", reasons=[f"not possible: {reason}"], arms=[], block_order=[], cpu_probe=None,
+               error={"kind": "not possible", "message": reason})
+    return rec
 
 
 def write_store(root, cells: list[dict], sessions: int, n_steps: int, seed: int = 0) -> list[str]:

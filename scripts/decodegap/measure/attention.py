@@ -188,8 +188,9 @@ FLASHINFER_STATIC = ("FlashInfer's decode kernel takes the whole KV as given, wi
 
 
 def _register_flashinfer() -> None:
-    """`decodegap-flashinfer` for transformers: FlashInfer's single-request decode kernel for the
-    decode steps; the prompt's prefill (never timed) goes through SDPA."""
+    """`decodegap-finfer` for transformers: FlashInfer's single-request decode kernel for the
+    decode steps; the prompt's prefill (never timed) goes through SDPA. (The name must not contain
+    "flash": transformers would take it for a flash-attention kernel to fetch from its hub.)"""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -208,9 +209,9 @@ def _register_flashinfer() -> None:
         out = flashinfer.single_decode_with_kv_cache(query[0, :, 0], key[0], value[0], kv_layout="HND", sm_scale=scaling)
         return out.view(1, 1, *out.shape), None  # transformers takes (batch, q_len, heads, dim)
 
-    AttentionInterface.register("decodegap-flashinfer", flashinfer_attention_forward)
+    AttentionInterface.register("decodegap-finfer", flashinfer_attention_forward)
     if AttentionMaskInterface is not None:  # the boolean SDPA mask: None whenever every key is valid
-        AttentionMaskInterface.register("decodegap-flashinfer", sdpa_mask)
+        AttentionMaskInterface.register("decodegap-finfer", sdpa_mask)
 
 
 NO_WHEEL = "PyPI has no wheel for this torch, CUDA and Python"
@@ -227,7 +228,7 @@ PATHS = {
     "fa3": AttentionPath("fa3", "flash_attention_3", package="flash-attn-3", module="flash_attn_interface", families=("fa3",),
                          layout="bshd", min_capability=(9, 0), max_capability=(9, 0),
                          install=f"{NO_WHEEL} (FlashAttention-3 is built from flash-attention's hopper/ source, which is not on PyPI)"),
-    "flashinfer": AttentionPath("flashinfer", "decodegap-flashinfer", package="flashinfer-python", module="flashinfer",
+    "flashinfer": AttentionPath("flashinfer", "decodegap-finfer", package="flashinfer-python", module="flashinfer",
                                 families=("flashinfer",), min_capability=(7, 5), static_cache=FLASHINFER_STATIC,
                                 install="pip install flashinfer-python (kernels compile at first use, JIT)"),
     "fa4": AttentionPath("fa4", "flash_attention_4", package="flash-attn-4", module="flash_attn.cute", families=("fa4",),

@@ -42,7 +42,8 @@ REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
 # cache's length mostly is (ctx + steps so far): a kernel that needs aligned lengths fails here too.
 CHECK_KV_TOKENS = 515
 CHECK_HEADS = (28, 4, 128)  # query heads, KV heads, head dim: a 7-8B GQA card's layout
-CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
+CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions",
+                   "FLASHINFER_WORKSPACE_BASE": "flashinfer"}  # FlashInfer JIT-builds its kernels under <base>/.cache/flashinfer
 # The attention call each arm makes: the layer microbenchmark calls the dynamic-cache form.
 FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",), "layer-op": ("dynamic",), "layer-graphed": ("dynamic",)}
 
