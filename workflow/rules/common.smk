@@ -176,7 +176,11 @@ def ruled_out(wildcards, input):
     if not os.path.exists(input.env):
         raise FileNotFoundError(errno.ENOENT, "not written yet", input.env)
     return reason(
-        read_record(input.env), wildcards.attn, wildcards.quant, wildcards.mode
+        read_record(input.env),
+        wildcards.attn,
+        wildcards.quant,
+        wildcards.mode,
+        PLAN.models[wildcards.model].attention_layout,
     )
 
 

@@ -29,10 +29,11 @@ rule environment:
     params:
         attn=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[0]),
         quant=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[1]),
+        layouts=lambda wildcards: " ".join(PLAN.environment_layouts(wildcards.gpu)),
         gpu=environment_args,
     shell:
         "python -m decodegap.measure.setup --gpu {wildcards.gpu} --attn {params.attn} --quant {params.quant}"
-        " {params.gpu} --out {output} > {log} 2>&1"
+        " --layouts {params.layouts} {params.gpu} --out {output} > {log} 2>&1"
 
 
 rule measure:

@@ -206,6 +206,10 @@ class Plan:
         cells = [c for c in self.cells() if c.gpu == gpu]
         return sorted({c.attn for c in cells}), sorted({c.quant for c in cells})
 
+    def environment_layouts(self, gpu: str) -> list[str]:
+        """The head layouts of the cards the config runs on a GPU type: the stage checks each."""
+        return sorted({self.models[c.model].attention_layout for c in self.cells() if c.gpu == gpu})
+
     def environment_records(self) -> list[str]:
         """The environment records the report's table shows: every one already written, and, when
         measuring, the record of each GPU type with sessions to measure."""

@@ -205,6 +205,14 @@ class ModelCard:
         head = 0 if self.tied_embeddings else self.embedding_params()
         return self.embedding_params() + a["num_hidden_layers"] * per_layer + hidden + head
 
+    @property
+    def attention_layout(self) -> str:
+        """query heads/KV heads/head dim, e.g. "28/4/128": what an attention kernel's support depends on
+        (the environment stage checks each configured layout)."""
+        a = self.architecture
+        hq = a["num_attention_heads"]
+        return f"{hq}/{a['num_key_value_heads']}/{a.get('head_dim') or a['hidden_size'] // hq}"
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """K and V of one token across all layers, as the KV cache stores them."""
         a = self.architecture

@@ -27,6 +27,9 @@ class Protocol:
     timed_steps: int = _field(128, "timed steps of a single-mode session", exclusive_minimum=0)
     ab_blocks: int = _field(8, "blocks per arm of an A/B session (order ABBA ABBA ...)", exclusive_minimum=0)
     ab_block_steps: int = _field(16, "steps per block", exclusive_minimum=0)
+    layer_block_steps: int = _field(96, "steps per block of a layer session (mode layer: a step is one attention call per layer, about "
+                                        "a millisecond, so each arm gets ab_blocks x this many steps to time past min_duration_s)",
+                                    exclusive_minimum=0)
     min_samples: int = _field(64, "a session with fewer timed steps per arm is invalid", exclusive_minimum=0)
     min_duration_s: float = _field(0.2, "a session with less timed host time per arm is invalid", minimum=0)
     max_rel_stdev: float = _field(0.10, "pyperf: a stdev of this fraction of the mean or more marks the session unstable", exclusive_minimum=0)

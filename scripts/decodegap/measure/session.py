@@ -174,7 +174,8 @@ class Session:
         vocab = self.card.architecture["vocab_size"]
         prompt = torch.randint(0, vocab, (1, args.ctx), generator=gen, device=self.device)
         single = len(arm_modes) == 1
-        timed_per_arm = p.timed_steps if single else p.ab_blocks * p.ab_block_steps
+        block_steps = p.layer_block_steps if arm_modes[0] in LAYER_ARMS else p.ab_block_steps
+        timed_per_arm = p.timed_steps if single else p.ab_blocks * block_steps
         max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
 
         decoders, timers, warm = {}, {}, {}
@@ -216,7 +217,6 @@ class Session:
                 # Steps run in blocks (A/B: ABBA arms; plain modes: runs of ab_block_steps). The CPU
                 # probe runs before each block, so every block has a reading of the host core's speed.
                 blocks: dict[str, list[int]] = {m: [] for m in arm_modes}
-                block_steps = max(p.ab_block_steps, 1)
                 order = [arm_modes[0]] * -(-p.timed_steps // block_steps) if single else self.block_order
                 probe_ms = []
                 for block, mode in enumerate(order):
@@ -312,7 +312,7 @@ def main(argv=None) -> int:
             env_record = read_record(args.environment)
             if env_record["gpu"] != args.gpu:
                 raise ConfigError(f"{args.environment}: the environment record of gpu '{env_record['gpu']}', not '{args.gpu}'")
-            ruled = ruled_out(env_record, args.attn, args.quant, args.mode)
+            ruled = ruled_out(env_record, args.attn, args.quant, args.mode, card.attention_layout)
     except SessionExists as exc:
         log(f"refused: {exc}")
         return 3

@@ -41,7 +41,7 @@ REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
 # Decode shape of the kernel checks: 1 query token, this many KV tokens; odd on purpose, as a real
 # cache's length mostly is (ctx + steps so far): a kernel that needs aligned lengths fails here too.
 CHECK_KV_TOKENS = 515
-CHECK_HEADS = (28, 4, 128)  # query heads, KV heads, head dim: a 7-8B GQA card's layout
+CHECK_LAYOUT = "28/4/128"  # query heads/KV heads/head dim: Qwen-2.5-7B's, when no card's layout is given
 CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions",
                    "FLASHINFER_WORKSPACE_BASE": "flashinfer"}  # FlashInfer JIT-builds its kernels under <base>/.cache/flashinfer
 # The attention call each arm makes: the layer microbenchmark calls the dynamic-cache form.
@@ -57,10 +57,11 @@ def environment_variables(cache_dir: str | Path) -> dict[str, str]:
     return {var: str(Path(cache_dir) / sub) for var, sub in CACHE_VARIABLES.items()}
 
 
-def definition_sha256(attn: list[str], quant: list[str]) -> str:
-    """What the environment is defined by: the pinned measure packages and the configured paths."""
+def definition_sha256(attn: list[str], quant: list[str], layouts=(CHECK_LAYOUT,)) -> str:
+    """What the environment is defined by: the pinned measure packages, the configured paths and
+    the head layouts they are checked at."""
     h = hashlib.sha256(REQUIREMENTS.read_bytes())
-    h.update(json.dumps({"attn": sorted(attn), "quant": sorted(quant)}).encode())
+    h.update(json.dumps({"attn": sorted(attn), "quant": sorted(quant), "layouts": sorted(layouts)}).encode())
     return h.hexdigest()
 
 
@@ -70,15 +71,26 @@ def forms_needed(mode: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f for arm in arms_of(mode) for f in FORMS_OF_MODE[arm]))
 
 
-def ruled_out(record: dict, attn: str, quant: str, mode: str) -> str | None:
-    """Why a cell cannot run under this environment record, or None. A path the record never
-    checked is not ruled out here: the session finds out for itself."""
+def ruled_out(record: dict, attn: str, quant: str, mode: str, layout: str | None = None) -> str | None:
+    """Why a cell cannot run under this environment record, or None. A kernel may take one head
+    layout and not another (FlashInfer's decode has no kernel for 7 query heads per KV head): with
+    `layout` (ModelCard.attention_layout), the verdict is that layout's. A path or layout the record never checked
+    is not ruled out here: the session finds out for itself."""
     a = (record.get("attention") or {}).get(attn)
     if a:
         for form in forms_needed(mode):
             check = a["checks"].get(form)
-            if check and not check["runs"]:
-                return f"attention path {attn} cannot run its {form}-cache decode call on {record['gpu']}: {check['reason']}"
+            if not check:
+                continue
+            by_layout = check.get("layouts") or {}
+            if layout is not None and layout in by_layout:
+                reason = by_layout[layout]
+            elif by_layout and not all(by_layout.values()):
+                reason = None  # a layout never checked, and the path runs at some: the session finds out
+            else:
+                reason = None if check["runs"] else check["reason"]  # fails at every layout checked
+            if reason:
+                return f"attention path {attn} cannot run its {form}-cache decode call on {record['gpu']}: {reason}"
     w = (record.get("weights") or {}).get(quant)
     if w and not w["runs"]:
         return f"weight path {quant} cannot run on {record['gpu']}: {w['reason']}"
@@ -135,15 +147,36 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
 
 
-def check_attention(path, device: str, dtype) -> dict[str, dict]:
-    """Both decode-shaped calls of one attention path: runs (and its error against float32), or why not."""
+def check_attention(path, device: str, dtype, layouts=(CHECK_LAYOUT,)) -> dict[str, dict]:
+    """Both decode-shaped calls of one attention path, for each head layout ("28/4/128": query
+    heads/KV heads/head dim): runs (and its error against float32), or why not. A form runs when
+    it runs for every layout; `layouts` keeps each layout's reason (None: runs)."""
+    why = path.unavailable(device)
+    if why:
+        return {form: {"runs": False, "reason": why, "max_abs_err": None, "layouts": {lay: why for lay in layouts}}
+                for form in ("dynamic", "static")}
+    per_layout = {lay: _check_layout(path, device, dtype, *map(int, lay.split("/"))) for lay in layouts}
+    out = {}
+    for form in ("dynamic", "static"):
+        results = {lay: r[form] for lay, r in per_layout.items()}
+        failing = {lay: r["reason"] for lay, r in results.items() if not r["runs"]}
+        errs = [r["max_abs_err"] for r in results.values() if r.get("max_abs_err") is not None]
+        reason = None
+        if failing:
+            reasons = set(failing.values())
+            reason = (next(iter(reasons)) if len(failing) == len(results) and len(reasons) == 1
+                      else "; ".join(f"layout {lay}: {r}" for lay, r in failing.items()))
+        out[form] = {"runs": not failing, "reason": reason, "max_abs_err": max(errs) if errs else None,
+                     "layouts": {lay: r["reason"] for lay, r in results.items()}}
+        if any(r.get("checked") for r in results.values()):
+            out[form]["checked"] = next(r["checked"] for r in results.values() if r.get("checked"))
+    return out
+
+
+def _check_layout(path, device: str, dtype, hq: int, hkv: int, d: int) -> dict[str, dict]:
     import torch
     import torch.nn.functional as F
 
-    why = path.unavailable(device)
-    if why:
-        return {form: {"runs": False, "reason": why, "max_abs_err": None} for form in ("dynamic", "static")}
-    hq, hkv, d = CHECK_HEADS
     g = torch.Generator(device="cpu").manual_seed(0)
     q = torch.randn(1, hq, 1, d, generator=g)
     k = torch.randn(1, hkv, CHECK_KV_TOKENS, d, generator=g)
@@ -159,8 +192,7 @@ def check_attention(path, device: str, dtype) -> dict[str, dict]:
         bshd = path.layout == "bshd"
         qq, kk, vv = (x.transpose(1, 2).contiguous() if bshd else x for x in (q, k, v))
         got = path.layer_call()(qq.to(device, dtype), kk.to(device, dtype), vv.to(device, dtype))
-        got = got.reshape(1, 1, hq, d).transpose(1, 2) if (bshd or got.dim() == 2) else got
-        return got
+        return got.reshape(1, 1, hq, d).transpose(1, 2) if (bshd or got.dim() == 2) else got
 
     def static():
         kk, vv = (torch.cat([x, pad], dim=2).to(device, dtype) for x in (k_rep, v_rep))
@@ -244,7 +276,7 @@ def package_version(name: str | None) -> str | None:
 
 
 def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str | Path, gpus_yaml=None,
-                 gpu_spec_json: str | None = None) -> dict:
+                 gpu_spec_json: str | None = None, layouts=(CHECK_LAYOUT,)) -> dict:
     import torch
 
     from decodegap.core.config import load_gpu
@@ -263,7 +295,7 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         "schema": SCHEMA,
         "gpu": gpu_key,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "definition_sha256": definition_sha256(attn, quant),
+        "definition_sha256": definition_sha256(attn, quant, layouts),
         "device": device,
         "gpu_device": env["gpu"],
         "driver": (env["gpu"] or {}).get("driver"),
@@ -274,6 +306,7 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         "boot_id": boot_id(),
         "cache_dir": str(cache_dir),
         "cache_variables": environment_variables(cache_dir),
+        "layouts": list(layouts),
         "attention": {},
         "weights": {},
     }
@@ -281,10 +314,10 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         path = get_attention_path(name)
         log(f"attention {name}: checking both decode calls on {device}")
         built = path.build(device) if hasattr(path, "build") else None
-        checks = check_attention(path, device, dtype)
+        checks = check_attention(path, device, dtype, layouts)
         for form, c in check_decode(path, device).items():  # both must pass: the kernel alone, and inside the model
             if checks[form]["runs"] and not c["runs"]:
-                checks[form].update(runs=False, reason=c["reason"])
+                checks[form].update(runs=False, reason=c["reason"], layouts={lay: c["reason"] for lay in checks[form]["layouts"]})
         record["attention"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
                                      "checks": checks}
         for form, c in record["attention"][name]["checks"].items():
@@ -321,6 +354,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpus", default=None, help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU type's fields, overriding its --gpus entry (the workflow "
                                                     "passes the user's merged table, as to every session)")
+    p.add_argument("--layouts", nargs="+", default=[CHECK_LAYOUT],
+                   help="head layouts the configured cards use, query heads/KV heads/head dim (default: %(default)s)")
     p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
@@ -328,7 +363,7 @@ def main(argv=None) -> int:
     cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
-        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec)
+        record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec, args.layouts)
     except DecodegapError as exc:
         log(f"error: {exc}")
         return 2
