@@ -274,3 +274,78 @@ def test_the_attention_figure_draws_each_path(tmp_path):
     out = [tmp_path / "f.pdf", tmp_path / "f.png"]
     figures.attention(files, load_reference(), gpus, models, out)
     assert all(p.stat().st_size > 1000 for p in out)
+
+
+@pytest.fixture
+def fake_fa3(monkeypatch):
+    """PyPI's prebuilt FlashAttention-3 module, in torch on the CPU: its two decode calls with their
+    layouts ((batch, seq, heads, dim)) and the valid cache length given on the device."""
+    calls = []
+
+    def attend(q, k, v, scale, n):
+        group = q.shape[2] // k.shape[2]
+        kk, vv = (x[0, :n].float().repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))  # (heads, n, dim)
+        w = torch.softmax(q[0].float().transpose(0, 1) @ kk.transpose(-1, -2) * scale, -1)
+        return (w @ vv).transpose(0, 1).unsqueeze(0).to(q.dtype)
+
+    def flash_attn_func(q, k, v, softmax_scale=None, **kw):
+        calls.append(("func", k.shape[1]))
+        return attend(q, k, v, softmax_scale or q.shape[-1] ** -0.5, k.shape[1])
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, **kw):
+        assert cache_seqlens.dtype == torch.int32 and cache_seqlens.shape == (1,)
+        calls.append(("kvcache", int(cache_seqlens[0])))
+        return attend(q, k_cache, v_cache, softmax_scale or q.shape[-1] ** -0.5, int(cache_seqlens[0]))
+
+    module = types.ModuleType("fa3_fwd_interface")
+    module.flash_attn_func, module.flash_attn_with_kvcache = flash_attn_func, flash_attn_with_kvcache
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", module)
+    monkeypatch.setattr(attention.AttentionPath, "unavailable", lambda self, device: None)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["eager", "static"])
+def test_fa3_decodes_as_sdpa_on_both_caches(fake_fa3, mode):
+    """Through transformers' interface, from whichever FA3 module imports; on the static cache with
+    the valid length counted from the mask."""
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.modes import make_decoder
+
+    card = load_models()["tiny-llama"]
+    PATHS["fa3"].register()
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, 37), generator=torch.Generator().manual_seed(1))
+    tokens = {}
+    for attn in ("sdpa", PATHS["fa3"].attn_implementation):
+        model = build_model(card, "cpu", attn, seed=7)
+        with torch.inference_mode():
+            dec = make_decoder(mode, model, 64)
+            dec.prefill(prompt)
+            tokens[attn] = [(dec.launch(), dec.read_token())[1] for _ in range(4)]
+    assert tokens["sdpa"] == tokens[PATHS["fa3"].attn_implementation]
+    kind = "func" if mode == "eager" else "kvcache"
+    assert fake_fa3[-1] == (kind, 37 + 4)  # the last step saw exactly the keys written so far
+
+
+def test_a_kernel_missing_for_one_head_layout_rules_out_only_that_layouts_cells(fake_flashinfer, tmp_path, monkeypatch):
+    """FlashInfer's decode has no kernel for 7 query heads per KV head (Qwen-2.5-7B's 28/4) but runs
+    Llama's 32/8: the stage keeps each layout's verdict and a cell is judged by its card's."""
+    from decodegap.measure.setup import build_record, ruled_out
+
+    real = sys.modules["flashinfer"].single_decode_with_kv_cache
+
+    def picky(q, k, *a, **kw):
+        if q.shape[0] // k.shape[0] == 7:
+            raise RuntimeError("Error in function 'SingleDecodeWithKVCacheDispatched': Unsupported group_size: 7")
+        return real(q, k, *a, **kw)
+
+    monkeypatch.setattr(sys.modules["flashinfer"], "single_decode_with_kv_cache", picky)
+    models = load_models()
+    qwen, llama = models["qwen2.5-7b"].attention_layout, models["llama-3.1-8b"].attention_layout
+    assert (qwen, llama) == ("28/4/128", "32/8/128")
+    record = build_record("cpu", ["flashinfer"], ["bf16"], tmp_path, layouts=[qwen, llama])
+    dynamic = record["attention"]["flashinfer"]["checks"]["dynamic"]
+    assert not dynamic["runs"] and dynamic["layouts"][llama] is None and "Unsupported group_size: 7" in dynamic["layouts"][qwen]
+    assert dynamic["reason"].startswith("layout 28/4/128: flashinfer-python's kernel fails here")
+    assert "Unsupported group_size: 7" in ruled_out(record, "flashinfer", "bf16", "layer", qwen)
+    assert ruled_out(record, "flashinfer", "bf16", "layer", llama) is None
+    assert ruled_out(record, "flashinfer", "bf16", "layer", "4/2/16") is None  # never checked: the session finds out

@@ -631,7 +631,9 @@ def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], 
                 kernel = _family_of(gr) if kernel == "--" else kernel
                 sp = (s.get(scope) or {}).get("speedup")
                 share = log.num(f"launch_share/{cid}/{scope}", 1 - 1 / sp["estimate"], 2, quantity="launch_share", **meta) if sp else "--"
+                few = Markup(r"\textsuperscript{$\dagger$}") if s["n_completed"] < 2 else ""
                 per_ctx.append({
+                    "few": few,
                     "op": log.num(f"us_per_layer/{cid}/layer-op/{scope}", op["us_per_layer"], 1, quantity="us_per_layer", arm="layer-op", **meta),
                     "graphed": log.num(f"us_per_layer/{cid}/layer-graphed/{scope}", gr["us_per_layer"], 1, quantity="us_per_layer",
                                        arm="layer-graphed", **meta),
@@ -652,6 +654,7 @@ def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], 
                         notes.append({"mark": mark, "text": f"{attn}, ctx {ctx}: {failed[ctx]}"})
                         row["cells"].append({"op": Markup(rf"failed\textsuperscript{{{mark}}}"), "graphed": "", "share": ""})
                     else:
+                        c["graphed"] = Markup(f"{c['graphed']}{c.pop('few')}")
                         row["cells"].append(c)
             rows.append(row)
         groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "layout": layout, "rows": rows})

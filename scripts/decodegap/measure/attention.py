@@ -61,7 +61,7 @@ class AttentionPath:
     attn_implementation: str  # transformers' attn_implementation (a registered name for our own)
     sdpa_backend: str | None = None  # name of a torch.nn.attention.SDPBackend member, or None
     package: str = "torch"  # the distribution that ships the kernel: its version goes in the environment record
-    module: str = "torch"  # what must import for the path to exist
+    module: str = "torch"  # what must import for the path to exist; "a|b": either (the first that imports is used)
     families: tuple[str, ...] = ()  # kernel families that prove it ran (KERNEL_FAMILIES); () = any (the dispatcher)
     layout: str = "bhsd"  # how layer_call wants q/k/v: bhsd (batch, heads, seq, dim) or bshd
     min_capability: tuple[int, int] | None = None  # lowest CUDA compute capability with a build
@@ -82,12 +82,16 @@ class AttentionPath:
         or it has no build for this GPU. Decided before anything is timed."""
         import importlib
 
-        try:
-            importlib.import_module(self.module)
-        except Exception as exc:  # noqa: BLE001 - ImportError, or an import that fails inside (a missing .so)
-            text = str(exc).strip().splitlines()
-            return (f"package not installed: `import {self.module}` fails ({type(exc).__name__}: {text[0][:200] if text else ''})"
-                    + (f"; {self.install}" if self.install else ""))
+        failures = []
+        for module in self.module.split("|"):
+            try:
+                importlib.import_module(module)
+                break
+            except Exception as exc:  # noqa: BLE001 - ImportError, or an import that fails inside (a missing .so)
+                text = str(exc).strip().splitlines()
+                failures.append(f"`import {module}` fails ({type(exc).__name__}: {text[0][:200] if text else ''})")
+        else:
+            return f"package not installed: {'; '.join(failures)}" + (f"; {self.install}" if self.install else "")
         if self.name in ("fa2", "fa3", "fa4", "flashinfer", "flex") and device != "cuda":
             return f"{self.name} has CUDA kernels only; device {device}"
         if device == "cuda" and (self.min_capability or self.max_capability):
@@ -104,6 +108,8 @@ class AttentionPath:
         """Make attn_implementation known to transformers (our own functions only)."""
         if self.name == "flashinfer":
             _register_flashinfer()
+        elif self.name in ("fa2", "fa3"):
+            _register_flash(self)
 
     def layer_call(self):
         """fn(q, k, v) -> attention output for one decode-shaped call, q of one token, k/v of the
@@ -144,17 +150,27 @@ def _flex_call():
     return call
 
 
-def _fa2_call():
-    from flash_attn import flash_attn_func
+def _first_module(spec: str):
+    import importlib
 
-    return lambda q, k, v: flash_attn_func(q, k, v)
+    for name in spec.split("|"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(f"none of {spec.replace('|', ', ')} imports")
+
+
+def _fa2_call():
+    fa = _first_module(PATHS["fa2"].module)
+    return lambda q, k, v: fa.flash_attn_func(q, k, v)
 
 
 def _fa3_call():
-    from flash_attn_interface import flash_attn_func
+    fa = _first_module(PATHS["fa3"].module)
 
     def call(q, k, v):
-        out = flash_attn_func(q, k, v)
+        out = fa.flash_attn_func(q, k, v)
         return out[0] if isinstance(out, tuple) else out
 
     return call
@@ -214,6 +230,35 @@ def _register_flashinfer() -> None:
         AttentionMaskInterface.register("decodegap-finfer", sdpa_mask)
 
 
+def _register_flash(path) -> None:
+    """`decodegap-<fa2|fa3>` for transformers: FlashAttention's own decode calls from whichever of the
+    path's packages imports (FlashAttention-3 ships as flash_attn_interface when built from source
+    and as fa3_fwd_interface in PyPI's prebuilt fa3-fwd). Dynamic cache: flash_attn_func on the
+    cache's keys. Static cache: flash_attn_with_kvcache with the valid length read on the device
+    from the mask (no host sync, so the step still captures as one graph). Prefill (never timed):
+    SDPA."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def flash_decode_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        import torch
+
+        if query.shape[0] != 1 or query.shape[2] != 1:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        fa = _first_module(path.module)
+        q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (batch, seq, heads, dim) views, last dim contiguous
+        if attention_mask is None:  # every key valid (the dynamic cache)
+            out = fa.flash_attn_func(q, k, v, softmax_scale=scaling)
+        else:  # the static cache: its valid prefix, counted on the device
+            seqlens = attention_mask.reshape(-1).sum(dtype=torch.int32).reshape(1)
+            out = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softmax_scale=scaling)
+        return (out[0] if isinstance(out, tuple) else out), None
+
+    AttentionInterface.register(path.attn_implementation, flash_decode_forward)
+    AttentionMaskInterface.register(path.attn_implementation, sdpa_mask)
+
+
 NO_WHEEL = "PyPI has no wheel for this torch, CUDA and Python"
 PATHS = {
     "sdpa": AttentionPath("sdpa", "sdpa"),
@@ -222,12 +267,13 @@ PATHS = {
     "sdpa-efficient": AttentionPath("sdpa-efficient", "sdpa", "EFFICIENT_ATTENTION", families=("efficient",)),
     "sdpa-math": AttentionPath("sdpa-math", "sdpa", "MATH", families=("math",)),
     "flex": AttentionPath("flex", "flex_attention", families=("flex",)),
-    "fa2": AttentionPath("fa2", "flash_attention_2", package="flash-attn", module="flash_attn", families=("flash",),
+    "fa2": AttentionPath("fa2", "decodegap-fa2", package="flash-attn", module="flash_attn", families=("flash",),
                          layout="bshd", min_capability=(8, 0),
                          install=f"{NO_WHEEL} (flash-attn is published as source only; envs/README.md gives the build)"),
-    "fa3": AttentionPath("fa3", "flash_attention_3", package="flash-attn-3", module="flash_attn_interface", families=("fa3",),
+    "fa3": AttentionPath("fa3", "decodegap-fa3", package="fa3-fwd", module="flash_attn_interface|fa3_fwd_interface", families=("fa3",),
                          layout="bshd", min_capability=(9, 0), max_capability=(9, 0),
-                         install=f"{NO_WHEEL} (FlashAttention-3 is built from flash-attention's hopper/ source, which is not on PyPI)"),
+                         install="FlashAttention-3 is built from flash-attention's hopper/ source (not on PyPI), or installed as "
+                                 "PyPI's prebuilt forward-only fa3-fwd (CUDA 13, torch's stable ABI)"),
     "flashinfer": AttentionPath("flashinfer", "decodegap-finfer", package="flashinfer-python", module="flashinfer",
                                 families=("flashinfer",), min_capability=(7, 5), static_cache=FLASHINFER_STATIC,
                                 install="pip install flashinfer-python (kernels compile at first use, JIT)"),

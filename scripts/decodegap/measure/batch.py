@@ -41,6 +41,9 @@ def main(argv=None) -> int:
     p.add_argument("--quant", default="bf16")
     p.add_argument("--root", default=".")
     p.add_argument("--deadline-s", type=float, default=None, help="start no session after this many seconds")
+    p.add_argument("--deadline-at", type=float, default=None,
+                   help="start no session after this UNIX time: one deadline shared by several batch runs of one device call "
+                        "(e.g. $(( $(date +%%s) + 540 )) taken once at the call's start)")
     p.add_argument("--reserve-s", type=float, default=45.0, help="time a session may need; none starts later than deadline - reserve")
     p.add_argument("--log-dir", default=None, help="one log file per session here (default: stderr only)")
     p.add_argument("--stop-on-error", action="store_true", help="stop at the first session that exits non-zero")
@@ -68,7 +71,8 @@ def main(argv=None) -> int:
     failures = done = 0
     for i, cell in enumerate(todo, 1):
         elapsed = time.perf_counter() - start
-        if args.deadline_s is not None and elapsed > args.deadline_s - args.reserve_s:
+        late = args.deadline_at is not None and time.time() > args.deadline_at - args.reserve_s
+        if late or (args.deadline_s is not None and elapsed > args.deadline_s - args.reserve_s):
             print(f"[batch] deadline: {len(todo) - i + 1} sessions left for a later call", flush=True)
             break
         cmd = [sys.executable, "-m", "decodegap.measure", "--root", args.root]
