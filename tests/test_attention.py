@@ -297,32 +297,42 @@ def fake_fa3(monkeypatch):
         calls.append(("kvcache", int(cache_seqlens[0])))
         return attend(q, k_cache, v_cache, softmax_scale or q.shape[-1] ** -0.5, int(cache_seqlens[0]))
 
+    def flash_attn_varlen_func(q, k, v, seqused_k=None, softmax_scale=None, **kw):  # FA4's: no kvcache call
+        assert seqused_k.dtype == torch.int32 and seqused_k.shape == (1,)
+        calls.append(("varlen", int(seqused_k[0])))
+        return attend(q, k, v, softmax_scale or q.shape[-1] ** -0.5, int(seqused_k[0])), None
+
     module = types.ModuleType("fa3_fwd_interface")
     module.flash_attn_func, module.flash_attn_with_kvcache = flash_attn_func, flash_attn_with_kvcache
     monkeypatch.setitem(sys.modules, "fa3_fwd_interface", module)
+    cute = types.ModuleType("flash_attn.cute")  # FlashAttention-4's module
+    cute.flash_attn_func, cute.flash_attn_varlen_func = flash_attn_func, flash_attn_varlen_func
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
     monkeypatch.setattr(attention.AttentionPath, "unavailable", lambda self, device: None)
     return calls
 
 
-@pytest.mark.parametrize("mode", ["eager", "static"])
-def test_fa3_decodes_as_sdpa_on_both_caches(fake_fa3, mode):
-    """Through transformers' interface, from whichever FA3 module imports; on the static cache with
-    the valid length counted from the mask."""
+@pytest.mark.parametrize("path,mode", [("fa3", "eager"), ("fa3", "static"), ("fa4", "eager"), ("fa4", "static")])
+def test_flashattention_decodes_as_sdpa_on_both_caches(fake_fa3, path, mode):
+    """Through transformers' interface, from whichever module imports; on the static cache with the
+    valid length counted from the mask (FA3: flash_attn_with_kvcache; FA4, which has none: varlen
+    with seqused_k)."""
     from decodegap.measure.cards import build_model
     from decodegap.measure.modes import make_decoder
 
     card = load_models()["tiny-llama"]
-    PATHS["fa3"].register()
+    PATHS[path].register()
     prompt = torch.randint(0, card.architecture["vocab_size"], (1, 37), generator=torch.Generator().manual_seed(1))
     tokens = {}
-    for attn in ("sdpa", PATHS["fa3"].attn_implementation):
+    for attn in ("sdpa", PATHS[path].attn_implementation):
         model = build_model(card, "cpu", attn, seed=7)
         with torch.inference_mode():
             dec = make_decoder(mode, model, 64)
             dec.prefill(prompt)
             tokens[attn] = [(dec.launch(), dec.read_token())[1] for _ in range(4)]
-    assert tokens["sdpa"] == tokens[PATHS["fa3"].attn_implementation]
-    kind = "func" if mode == "eager" else "kvcache"
+    assert tokens["sdpa"] == tokens[PATHS[path].attn_implementation]
+    kind = "func" if mode == "eager" else {"fa3": "kvcache", "fa4": "varlen"}[path]
     assert fake_fa3[-1] == (kind, 37 + 4)  # the last step saw exactly the keys written so far
 
 
@@ -349,3 +359,20 @@ def test_a_kernel_missing_for_one_head_layout_rules_out_only_that_layouts_cells(
     assert "Unsupported group_size: 7" in ruled_out(record, "flashinfer", "bf16", "layer", qwen)
     assert ruled_out(record, "flashinfer", "bf16", "layer", llama) is None
     assert ruled_out(record, "flashinfer", "bf16", "layer", "4/2/16") is None  # never checked: the session finds out
+
+
+def test_the_reason_pytorch_gives_only_as_a_warning_is_kept():
+    """On CUDA a pinned SDPA backend that cannot take the call raises "No available kernel" and says
+    why only in warnings; the stage keeps the one that names the constraint."""
+    import warnings as w
+
+    from decodegap.measure.setup import why_no_kernel
+
+    said = [w.WarningMessage(UserWarning(m), UserWarning, "x", 1) for m in (
+        "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:986.)",
+        "Memory Efficient attention has been runtime disabled. (Triggered internally at sdp_utils_cpp.h:552.)",
+        "For dense input, both fused kernels require query, key and value to have the same num_heads. Query.sizes(): "
+        "[1, 28, 1, 128], Key sizes(): [1, 4, 515, 128] (Triggered internally at sdp_utils_cpp.h:418.)")]
+    assert why_no_kernel(said).startswith("For dense input, both fused kernels require query, key and value to have the same num_heads")
+    assert "Triggered" not in why_no_kernel(said)
+    assert why_no_kernel(said[:2]) is None

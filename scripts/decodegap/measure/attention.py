@@ -108,7 +108,7 @@ class AttentionPath:
         """Make attn_implementation known to transformers (our own functions only)."""
         if self.name == "flashinfer":
             _register_flashinfer()
-        elif self.name in ("fa2", "fa3"):
+        elif self.name in ("fa2", "fa3", "fa4"):
             _register_flash(self)
 
     def layer_call(self):
@@ -177,10 +177,10 @@ def _fa3_call():
 
 
 def _fa4_call():
-    from flash_attn.cute import flash_attn_func
+    fa = _first_module(PATHS["fa4"].module)
 
     def call(q, k, v):
-        out = flash_attn_func(q, k, v)
+        out = fa.flash_attn_func(q, k, v)
         return out[0] if isinstance(out, tuple) else out
 
     return call
@@ -231,12 +231,12 @@ def _register_flashinfer() -> None:
 
 
 def _register_flash(path) -> None:
-    """`decodegap-<fa2|fa3>` for transformers: FlashAttention's own decode calls from whichever of the
-    path's packages imports (FlashAttention-3 ships as flash_attn_interface when built from source
-    and as fa3_fwd_interface in PyPI's prebuilt fa3-fwd). Dynamic cache: flash_attn_func on the
-    cache's keys. Static cache: flash_attn_with_kvcache with the valid length read on the device
-    from the mask (no host sync, so the step still captures as one graph). Prefill (never timed):
-    SDPA."""
+    """`decodegap-<fa2|fa3|fa4>` for transformers: FlashAttention's own decode calls from whichever
+    of the path's packages imports (FlashAttention-3 ships as flash_attn_interface when built from
+    source and as fa3_fwd_interface in PyPI's prebuilt fa3-fwd). Dynamic cache: flash_attn_func on
+    the cache's keys. Static cache: the valid length read on the device from the mask (no host
+    sync, so the step still captures as one graph), given to flash_attn_with_kvcache (FA2, FA3) or,
+    where there is none (FA4), to flash_attn_varlen_func as seqused_k. Prefill (never timed): SDPA."""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -252,7 +252,10 @@ def _register_flash(path) -> None:
             out = fa.flash_attn_func(q, k, v, softmax_scale=scaling)
         else:  # the static cache: its valid prefix, counted on the device
             seqlens = attention_mask.reshape(-1).sum(dtype=torch.int32).reshape(1)
-            out = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softmax_scale=scaling)
+            if hasattr(fa, "flash_attn_with_kvcache"):
+                out = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softmax_scale=scaling)
+            else:
+                out = fa.flash_attn_varlen_func(q, k, v, seqused_k=seqlens, softmax_scale=scaling)
         return (out[0] if isinstance(out, tuple) else out), None
 
     AttentionInterface.register(path.attn_implementation, flash_decode_forward)
@@ -277,7 +280,7 @@ PATHS = {
     "flashinfer": AttentionPath("flashinfer", "decodegap-finfer", package="flashinfer-python", module="flashinfer",
                                 families=("flashinfer",), min_capability=(7, 5), static_cache=FLASHINFER_STATIC,
                                 install="pip install flashinfer-python (kernels compile at first use, JIT)"),
-    "fa4": AttentionPath("fa4", "flash_attention_4", package="flash-attn-4", module="flash_attn.cute", families=("fa4",),
+    "fa4": AttentionPath("fa4", "decodegap-fa4", package="flash-attn-4", module="flash_attn.cute", families=("fa4",),
                          layout="bshd", min_capability=(9, 0),
                          install="pip install --pre flash-attn-4 (CuTe DSL kernels, compiled at first use)"),
 }

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import sys
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -142,6 +143,17 @@ def _verdict(exc: BaseException, what: str, package: str = "torch") -> str:
     raise StageError(f"{what}: {_error_text(exc)} (not a missing kernel: fix the environment and run the stage again)") from exc
 
 
+def why_no_kernel(caught) -> str | None:
+    """The reason PyTorch gives, as a warning, for a pinned SDPA backend it cannot use: the warning
+    that names the constraint ("... require query, key and value to have the same num_heads"), not
+    the generic "... kernel not used because:" lines around it."""
+    for w in caught:
+        text = str(w.message).split(" (Triggered internally")[0].strip()
+        if text and "not used because" not in text and "has been runtime disabled" not in text:
+            return text
+    return None
+
+
 def _error_text(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
@@ -206,8 +218,13 @@ def _check_layout(path, device: str, dtype, hq: int, hkv: int, d: int) -> dict[s
                          else {"runs": True, "reason": None, "max_abs_err": None, "checked": "in the model only"})
             continue
         try:
-            with path.context():
-                got = call().float().cpu()
+            with path.context(), warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                try:
+                    got = call().float().cpu()
+                except Exception as exc:  # PyTorch's "No available kernel" says why only in a warning
+                    why = why_no_kernel(said)
+                    raise type(exc)(f"{str(exc).strip()} ({why})" if why else str(exc)) from exc
             if device == "cuda":
                 torch.cuda.synchronize()
             err = float((got - reference).abs().max())
@@ -251,13 +268,18 @@ def check_decode(path, device: str) -> dict[str, dict]:
             out[form] = {"runs": False, "reason": path.static_cache}
             continue
         try:
-            with torch.inference_mode(), path.context():
-                dec = make_decoder(mode, model, DECODE_CHECK_CTX + 8)
-                dec.prefill(prompt)
-                dec.prepare()
-                for _ in range(2):
-                    dec.launch()
-                    dec.read_token()
+            with torch.inference_mode(), path.context(), warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                try:
+                    dec = make_decoder(mode, model, DECODE_CHECK_CTX + 8)
+                    dec.prefill(prompt)
+                    dec.prepare()
+                    for _ in range(2):
+                        dec.launch()
+                        dec.read_token()
+                except RuntimeError as exc:
+                    why = why_no_kernel(said)
+                    raise RuntimeError(f"{str(exc).strip()} ({why})" if why else str(exc)) from exc
             out[form] = {"runs": True, "reason": None}
         except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
             out[form] = {"runs": False, "reason": "decode step through the model: " + _verdict(exc, f"attention {path.name} ({form}) in the model", path.package)}
