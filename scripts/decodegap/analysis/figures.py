@@ -310,9 +310,9 @@ def attention(stats_files, reference: list[dict], gpus: dict, models: dict, outp
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.4 * max(1, len(panels)), 3.6), squeeze=False)
     if df.empty:
         axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
-    paths = list(dict.fromkeys(df["attn"])) if not df.empty else []
-    palette = dict(zip(paths, sns.color_palette("tab10", n_colors=max(1, len(paths)))))
     paper = [f for f in reference if f["quantity"] == "attention_us_per_layer" and f.get("attn")]
+    paths = list(dict.fromkeys((list(df["attn"]) if not df.empty else []) + [f["attn"] for f in paper]))  # one colour per path, stars too
+    palette = dict(zip(paths, sns.color_palette("tab10", n_colors=max(1, len(paths)))))
     for ax, (gpu, model) in zip(axes[0], panels):
         sub = df[(df["gpu"] == gpu) & (df["model"] == model)]
         for (attn, arm), g in sub.groupby(["attn", "arm"], sort=False):

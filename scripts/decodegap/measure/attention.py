@@ -272,7 +272,9 @@ PATHS = {
     "flex": AttentionPath("flex", "flex_attention", families=("flex",)),
     "fa2": AttentionPath("fa2", "decodegap-fa2", package="flash-attn", module="flash_attn", families=("flash",),
                          layout="bshd", min_capability=(8, 0),
-                         install=f"{NO_WHEEL} (flash-attn is published as source only; envs/README.md gives the build)"),
+                         install=f"{NO_WHEEL}: flash-attn 2.8.3 is published as source only, and its build compiles 72 CUDA units "
+                                 "for sm_90, about 4.5 CPU-minutes each (one measured: 268 s), some 5 CPU-hours in all: longer than a "
+                                 "lent GPU's device budget (envs/README.md gives the build for a cluster)"),
     "fa3": AttentionPath("fa3", "decodegap-fa3", package="fa3-fwd", module="flash_attn_interface|fa3_fwd_interface", families=("fa3",),
                          layout="bshd", min_capability=(9, 0), max_capability=(9, 0),
                          install="FlashAttention-3 is built from flash-attention's hopper/ source (not on PyPI), or installed as "

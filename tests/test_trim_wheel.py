@@ -1,0 +1,34 @@
+"""envs/trim_wheel.py: a wheel loses exactly the members its patterns name, and its RECORD loses
+exactly their rows, so pip still installs it."""
+
+import importlib.util
+import zipfile
+
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("trim_wheel", REPO / "envs" / "trim_wheel.py")
+trim_wheel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trim_wheel)
+
+
+def test_the_flashinfer_preset_keeps_the_decode_sources_and_their_record_rows(tmp_path):
+    names = ["flashinfer/__init__.py", "flashinfer/data/csrc/single_decode.cu", "flashinfer/data/csrc/single_prefill.cu",
+             "flashinfer/data/csrc/tvm_ffi_utils.h", "flashinfer/data/csrc/kda/x_decode.cu", "flashinfer/data/cutlass/include/a.h",
+             "flashinfer/data/cccl/libcudacxx/include/b.h", "flashinfer/data/cccl/thrust/c.h", "flashinfer/data/include/d.cuh"]
+    wheel = tmp_path / "in" / "flashinfer_python-0.7.0.post1-py3-none-any.whl"
+    wheel.parent.mkdir()
+    record = "".join(f"{n},sha256=x,1\n" for n in names) + "flashinfer_python-0.7.0.post1.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for n in names:
+            z.writestr(n, "x")
+        z.writestr("flashinfer_python-0.7.0.post1.dist-info/RECORD", record)
+    preset = trim_wheel.PRESETS["flashinfer-decode"]
+    out, dropped, kept = trim_wheel.trim(wheel, tmp_path / "out", preset["drop"], preset["keep"])
+    with zipfile.ZipFile(out) as z:
+        left = set(z.namelist())
+        rows = z.read("flashinfer_python-0.7.0.post1.dist-info/RECORD").decode().splitlines()
+    assert out.name == wheel.name and (dropped, kept) == (4, 6)
+    assert left == {"flashinfer/__init__.py", "flashinfer/data/csrc/single_decode.cu", "flashinfer/data/csrc/tvm_ffi_utils.h",
+                    "flashinfer/data/cccl/libcudacxx/include/b.h", "flashinfer/data/include/d.cuh",
+                    "flashinfer_python-0.7.0.post1.dist-info/RECORD"}
+    assert {r.split(",")[0] for r in rows} == left  # every remaining file keeps its row, no row is left dangling
