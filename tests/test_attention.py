@@ -25,6 +25,7 @@ CUDNN = "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x1
 TORCH_FLASH = "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>>"
 EFFICIENT = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)"
 FA3 = "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, 1>>>>"
+FA2 = "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, false>"
 FLASHINFER = "void flashinfer::SingleDecodeWithKVCacheKernel<(flashinfer::PosEncodingMode)0, 4u, 8u, 16u>"
 FLEX = "triton_tem_fused_flex_decoding_0"
 GEMM = "nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT"
@@ -40,7 +41,9 @@ def test_the_schema_lists_every_registered_path():
 
 
 @pytest.mark.parametrize("name,family", [(CUDNN, "cudnn"), (TORCH_FLASH, "flash"), (EFFICIENT, "efficient"), (FA3, "fa3"),
-                                         (FLASHINFER, "flashinfer"), (FLEX, "flex"), ("softmax_warp_forward<float>", "math"), (GEMM, None)])
+                                         (FLASHINFER, "flashinfer"), (FLEX, "flex"), (FA2, "fa2"),
+                                         ("void (anonymous namespace)::softmax_warp_forward<float>", "math"),
+                                         ("triton_red_fused__softmax_0", None), (GEMM, None)])
 def test_each_kernel_name_falls_in_its_family(name, family):
     assert kernel_family(name) == family
 
@@ -53,6 +56,10 @@ def test_a_pinned_path_that_ran_another_kernel_is_a_fallback_naming_both():
     assert PATHS["sdpa"].fallback_reason(names) is None  # the dispatcher may choose: its choice is named, not judged
     assert attention_kernels(names) == {"cudnn": [CUDNN]}
     assert "no attention kernel" in PATHS["sdpa"].fallback_reason({GEMM: 1.0})
+    # flash-attn's kernels are not PyTorch's copy of them: fa2 falling back to SDPA's flash is caught
+    assert "fell back" in PATHS["fa2"].fallback_reason({TORCH_FLASH: 28.0}) and PATHS["fa2"].fallback_reason({FA2: 28.0}) is None
+    # a softmax beside a fused attention kernel is another op's, not the math backend
+    assert attention_kernels({CUDNN: 28.0, "void (anonymous namespace)::softmax_warp_forward<float>": 1.0}) == {"cudnn": [CUDNN]}
     assert "no attention kernel" in PATHS["flashinfer"].fallback_reason({GEMM: 1.0})
 
 
@@ -292,10 +299,15 @@ def fake_fa3(monkeypatch):
         calls.append(("func", k.shape[1]))
         return attend(q, k, v, softmax_scale or q.shape[-1] ** -0.5, k.shape[1])
 
-    def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, **kw):
-        assert cache_seqlens.dtype == torch.int32 and cache_seqlens.shape == (1,)
-        calls.append(("kvcache", int(cache_seqlens[0])))
-        return attend(q, k_cache, v_cache, softmax_scale or q.shape[-1] ** -0.5, int(cache_seqlens[0]))
+    def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, softmax_scale=None, num_splits=0, **kw):
+        assert num_splits == 0  # its default: split the KV over the SMs as it sees fit
+        if cache_seqlens is None:  # every key valid
+            n = k_cache.shape[1]
+        else:
+            assert cache_seqlens.dtype == torch.int32 and cache_seqlens.shape == (1,)
+            n = int(cache_seqlens[0])
+        calls.append(("kvcache", n))
+        return attend(q, k_cache, v_cache, softmax_scale or q.shape[-1] ** -0.5, n)
 
     def flash_attn_varlen_func(q, k, v, seqused_k=None, softmax_scale=None, **kw):  # FA4's: no kvcache call
         assert seqused_k.dtype == torch.int32 and seqused_k.shape == (1,)
@@ -332,7 +344,7 @@ def test_flashattention_decodes_as_sdpa_on_both_caches(fake_fa3, path, mode):
             dec.prefill(prompt)
             tokens[attn] = [(dec.launch(), dec.read_token())[1] for _ in range(4)]
     assert tokens["sdpa"] == tokens[PATHS[path].attn_implementation]
-    kind = "func" if mode == "eager" else {"fa3": "kvcache", "fa4": "varlen"}[path]
+    kind = "kvcache" if path == "fa3" else {"eager": "func", "static": "varlen"}[mode]  # FA4 has no kvcache call
     assert fake_fa3[-1] == (kind, 37 + 4)  # the last step saw exactly the keys written so far
 
 
@@ -376,3 +388,14 @@ def test_the_reason_pytorch_gives_only_as_a_warning_is_kept():
     assert why_no_kernel(said).startswith("For dense input, both fused kernels require query, key and value to have the same num_heads")
     assert "Triggered" not in why_no_kernel(said)
     assert why_no_kernel(said[:2]) is None
+
+
+def test_the_in_model_check_runs_at_each_layouts_heads():
+    """The stage's decode check steps a two-layer card with the layout's own heads and head dim, not
+    a tiny card's: a kernel that takes head dim 128 but not 16 is judged at 128."""
+    from decodegap.measure.setup import check_card
+
+    card = check_card("28/4/128")
+    a = card.architecture
+    assert (a["num_attention_heads"], a["num_key_value_heads"], a["head_dim"], a["hidden_size"], a["num_hidden_layers"]) == (28, 4, 128, 3584, 2)
+    assert card.attention_layout == "28/4/128"

@@ -576,7 +576,9 @@ def paper_tables(table_files, figures: list[dict], out_tex) -> None:
 
 def _reason_of(s: dict) -> str:
     """Why a cell has no completed session: its sessions' reasons, each said once."""
-    reasons = [r.split(": ", 1)[1] if r.startswith("s") and ": " in r else r for r in s.get("invalid_reasons", [])]
+    import re
+
+    reasons = [re.sub(r"^s\d+: ", "", r) for r in s.get("invalid_reasons", [])]
     return "; ".join(dict.fromkeys(reasons)) or "no completed session"
 
 

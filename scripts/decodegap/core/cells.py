@@ -74,7 +74,6 @@ OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by 
 # arms of one session.
 LAYER_MODE = "layer"
 LAYER_ARMS = ("layer-op", "layer-graphed")
-HOST_LAUNCHED = OP_BY_OP + ("layer-op",)  # arms whose every kernel the host launches: host-nominal applies
 
 
 def arms_of(mode: str) -> list[str]:

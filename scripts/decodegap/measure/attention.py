@@ -31,9 +31,10 @@ KERNEL_FAMILIES = (
     ("fa4", r"flash_attn.?cute|FlashAttentionForwardSm|kernel_cutlass_kernel_flash"),
     ("cudnn", r"cudnn|fort_native_sdpa|sdpa_sm\d+|fmha_sm\d+"),
     ("flex", r"flex|triton_tem_fused"),
-    ("flash", r"flash_fwd|pytorch_flash"),
+    ("fa2", r"(?<!pytorch_)flash::flash_fwd"),  # flash-attn's own namespace; PyTorch's copy is pytorch_flash::
+    ("flash", r"pytorch_flash|flash_fwd"),
     ("efficient", r"fmha_cutlass|efficient_attention|mem_eff"),
-    ("math", r"softmax"),
+    ("math", r"softmax_warp|cunn_SoftMax"),  # SDPA's math backend: aten's softmax between two matmuls
 )
 
 
@@ -52,6 +53,8 @@ def attention_kernels(kernel_names) -> dict[str, list[str]]:
         fam = kernel_family(name)
         if fam is not None:
             out.setdefault(fam, []).append(name)
+    if len(out) > 1:  # a fused kernel ran: a softmax beside it is some other op's, not the math backend
+        out.pop("math", None)
     return out
 
 
@@ -139,6 +142,9 @@ def _sdpa_call():
 
 
 def _flex_call():
+    """The bare compiled call, flex_attention(q, k, v) with no block mask: each call builds its
+    default mask (a few small kernels beside the template), as such a call does; transformers'
+    whole step builds one BlockMask per step and passes it to every layer."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -161,29 +167,27 @@ def _first_module(spec: str):
     raise ImportError(f"none of {spec.replace('|', ', ')} imports")
 
 
-def _fa2_call():
-    fa = _first_module(PATHS["fa2"].module)
-    return lambda q, k, v: fa.flash_attn_func(q, k, v)
+def flash_decode(name: str, fa, q, k, v, seqlens=None, scale=None):
+    """FlashAttention's decode call, each version's own: FA2 and FA3 through flash_attn_with_kvcache
+    (their decode entry: it splits the KV over the GPU's SMs on its own, num_splits=0, where
+    flash_attn_func would run one split, a handful of CTAs at batch 1), with the valid length when
+    given; FA4, which has no such call, through flash_attn_func, or flash_attn_varlen_func with
+    seqused_k for a valid length (its Hopper kernel has no split-KV)."""
+    if name in ("fa2", "fa3"):
+        out = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softmax_scale=scale)
+    elif seqlens is None:
+        out = fa.flash_attn_func(q, k, v, softmax_scale=scale)
+    else:
+        out = fa.flash_attn_varlen_func(q, k, v, seqused_k=seqlens, softmax_scale=scale)
+    return out[0] if isinstance(out, tuple) else out
 
 
-def _fa3_call():
-    fa = _first_module(PATHS["fa3"].module)
+def _flash_call(name):
+    def make():
+        fa = _first_module(PATHS[name].module)
+        return lambda q, k, v: flash_decode(name, fa, q, k, v)
 
-    def call(q, k, v):
-        out = fa.flash_attn_func(q, k, v)
-        return out[0] if isinstance(out, tuple) else out
-
-    return call
-
-
-def _fa4_call():
-    fa = _first_module(PATHS["fa4"].module)
-
-    def call(q, k, v):
-        out = fa.flash_attn_func(q, k, v)
-        return out[0] if isinstance(out, tuple) else out
-
-    return call
+    return make
 
 
 def _flashinfer_call():
@@ -195,8 +199,8 @@ def _flashinfer_call():
     return call
 
 
-_LAYER_CALLS = {"sdpa": _sdpa_call, "flex": _flex_call, "fa2": _fa2_call, "fa3": _fa3_call, "fa4": _fa4_call,
-                "flashinfer": _flashinfer_call}
+_LAYER_CALLS = {"sdpa": _sdpa_call, "flex": _flex_call, "fa2": _flash_call("fa2"), "fa3": _flash_call("fa3"),
+                "fa4": _flash_call("fa4"), "flashinfer": _flashinfer_call}
 
 FLASHINFER_STATIC = ("FlashInfer's decode kernel takes the whole KV as given, with no length or mask, and transformers' "
                      "StaticCache hands every layer its preallocated max_cache_len buffer, unfilled tail included; its paged "
@@ -233,10 +237,9 @@ def _register_flashinfer() -> None:
 def _register_flash(path) -> None:
     """`decodegap-<fa2|fa3|fa4>` for transformers: FlashAttention's own decode calls from whichever
     of the path's packages imports (FlashAttention-3 ships as flash_attn_interface when built from
-    source and as fa3_fwd_interface in PyPI's prebuilt fa3-fwd). Dynamic cache: flash_attn_func on
-    the cache's keys. Static cache: the valid length read on the device from the mask (no host
-    sync, so the step still captures as one graph), given to flash_attn_with_kvcache (FA2, FA3) or,
-    where there is none (FA4), to flash_attn_varlen_func as seqused_k. Prefill (never timed): SDPA."""
+    source and as fa3_fwd_interface in PyPI's prebuilt fa3-fwd), through flash_decode: on the
+    dynamic cache every key; on the static cache the valid length read on the device from the mask
+    (no host sync, so the step still captures as one graph). Prefill (never timed): SDPA."""
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -248,15 +251,9 @@ def _register_flash(path) -> None:
             return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
         fa = _first_module(path.module)
         q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (batch, seq, heads, dim) views, last dim contiguous
-        if attention_mask is None:  # every key valid (the dynamic cache)
-            out = fa.flash_attn_func(q, k, v, softmax_scale=scaling)
-        else:  # the static cache: its valid prefix, counted on the device
-            seqlens = attention_mask.reshape(-1).sum(dtype=torch.int32).reshape(1)
-            if hasattr(fa, "flash_attn_with_kvcache"):
-                out = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, softmax_scale=scaling)
-            else:
-                out = fa.flash_attn_varlen_func(q, k, v, seqused_k=seqlens, softmax_scale=scaling)
-        return (out[0] if isinstance(out, tuple) else out), None
+        # every key valid (the dynamic cache), or the static cache's valid prefix, counted on the device
+        seqlens = None if attention_mask is None else attention_mask.reshape(-1).sum(dtype=torch.int32).reshape(1)
+        return flash_decode(path.name, fa, q, k, v, seqlens, scaling), None
 
     AttentionInterface.register(path.attn_implementation, flash_decode_forward)
     AttentionMaskInterface.register(path.attn_implementation, sdpa_mask)
@@ -270,9 +267,9 @@ PATHS = {
     "sdpa-efficient": AttentionPath("sdpa-efficient", "sdpa", "EFFICIENT_ATTENTION", families=("efficient",)),
     "sdpa-math": AttentionPath("sdpa-math", "sdpa", "MATH", families=("math",)),
     "flex": AttentionPath("flex", "flex_attention", families=("flex",)),
-    "fa2": AttentionPath("fa2", "decodegap-fa2", package="flash-attn", module="flash_attn", families=("flash",),
+    "fa2": AttentionPath("fa2", "decodegap-fa2", package="flash-attn", module="flash_attn", families=("fa2",),
                          layout="bshd", min_capability=(8, 0),
-                         install=f"{NO_WHEEL}: flash-attn 2.8.3 is published as source only, and its build compiles 72 CUDA units "
+                         install=f"{NO_WHEEL}: flash-attn 2.8.3.post2 is published as source only, and its build compiles 72 CUDA units "
                                  "for sm_90, about 4.5 CPU-minutes each (one measured: 268 s), some 5 CPU-hours in all: longer than a "
                                  "lent GPU's device budget (envs/README.md gives the build for a cluster)"),
     "fa3": AttentionPath("fa3", "decodegap-fa3", package="fa3-fwd", module="flash_attn_interface|fa3_fwd_interface", families=("fa3",),

@@ -11,7 +11,8 @@ card's query heads. Two arms, ABBA in one session (decodegap.core.cells.LAYER_AR
     layer-graphed  the same calls captured once as a CUDA graph and replayed: kernel time and the
                    device's own gaps, no host launch
 
-so us/layer of each arm, and their difference, separate launch cost from kernel time. No weights
+so us/layer of each arm, and their difference, separate launch cost from kernel time (the analysis
+reads these arms' CUDA-event times: the host clock also holds the step's sync and token read). No weights
 are built: the memory floor of a step is the KV it reads (core.floor.MemoryFloor with W = 0).
 The decoders follow decodegap.measure.modes' interface, so the session times them as it times a
 decode step (warm-up, probe, blocks, profiler pass).

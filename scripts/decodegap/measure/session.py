@@ -251,6 +251,8 @@ class Session:
                     except Exception as exc:  # noqa: BLE001 - an untimed extra: its failure is recorded, the session stands
                         arm["anatomy"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
                         self.warnings.append(f"profiler pass failed for {arm['mode']}: {arm['anatomy']['error']}")
+                        if attn.families and self.device == "cuda":  # a pinned path whose kernel nobody saw is no measurement of it
+                            self.fallbacks.append(f"{arm['mode']}: attention kernel not verified (the profiler pass failed)")
                         continue
                     a = arm["anatomy"]
                     busy = f", GPU busy {a['gpu_busy_ms_per_step']:.3f} ms" if a["gpu_busy_ms_per_step"] is not None else ""

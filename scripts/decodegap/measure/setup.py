@@ -138,7 +138,8 @@ def _verdict(exc: BaseException, what: str, package: str = "torch") -> str:
     if unsupported(exc):
         return _error_text(exc)
     device_failure = type(exc).__name__ in ("OutOfMemoryError", "AcceleratorError") or "CUDA error" in str(exc)
-    if package != "torch" and not device_failure:
+    our_call = isinstance(exc, (TypeError, AttributeError, NameError))  # how we call it, not what it can do
+    if package != "torch" and not device_failure and not our_call:
         return f"{package}'s kernel fails here: {_error_text(exc)}"
     raise StageError(f"{what}: {_error_text(exc)} (not a missing kernel: fix the environment and run the stage again)") from exc
 
@@ -241,14 +242,29 @@ DECODE_CHECK_CARD = "tiny-llama"  # a GQA card small enough to build in a second
 DECODE_CHECK_CTX = 37  # odd, as a real cache's length mostly is
 
 
-def check_decode(path, device: str) -> dict[str, dict]:
-    """The same two calls through the model the sessions run: a tiny GQA card with this path's
-    attn_implementation, prefilled and stepped by the sessions' own decoders (eager: the dynamic
-    cache; static: the static cache), so transformers builds the mask and the KV layout exactly as
-    in a session. Catches what the bare kernel call cannot (a mask's strides, say)."""
-    import torch
+def check_card(layout: str):
+    """A two-layer card with a layout's attention (query heads/KV heads/head dim), small elsewhere,
+    built from DECODE_CHECK_CARD: what check_decode steps, so a kernel that takes only some head
+    dims or group sizes is judged at the layout the sessions use."""
+    import dataclasses
 
     from decodegap.core.config import load_models
+
+    base = load_models()[DECODE_CHECK_CARD]
+    hq, hkv, d = map(int, layout.split("/"))
+    arch = {**base.architecture, "num_attention_heads": hq, "num_key_value_heads": hkv, "head_dim": d, "hidden_size": hq * d,
+            "num_hidden_layers": 2, "intermediate_size": 256}
+    return dataclasses.replace(base, key=f"{DECODE_CHECK_CARD}@{layout}", architecture=arch)
+
+
+def check_decode(path, device: str, layout: str = CHECK_LAYOUT) -> dict[str, dict]:
+    """The same two calls through the model the sessions run: a two-layer card with the layout's
+    heads (check_card) and this path's attn_implementation, prefilled and stepped by the sessions'
+    own decoders (eager: the dynamic cache; static: the static cache), so transformers builds the
+    mask and the KV layout exactly as in a session. Catches what the bare kernel call cannot (a
+    mask's strides, say)."""
+    import torch
+
     from decodegap.measure.cards import build_model
     from decodegap.measure.modes import make_decoder
 
@@ -258,7 +274,7 @@ def check_decode(path, device: str) -> dict[str, dict]:
         return {form: {"runs": False, "reason": why} for form in ("dynamic", "static")}
     try:
         path.register()
-        model = build_model(load_models()[DECODE_CHECK_CARD], device, path.attn_implementation)
+        model = build_model(check_card(layout), device, path.attn_implementation)
     except Exception as exc:  # noqa: BLE001 - a path whose model cannot even be built
         reason = "model build: " + _verdict(exc, f"attention {path.name}: building the check card", path.package)
         return {form: {"runs": False, "reason": reason} for form in ("dynamic", "static")}
@@ -337,9 +353,19 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
         log(f"attention {name}: checking both decode calls on {device}")
         built = path.build(device) if hasattr(path, "build") else None
         checks = check_attention(path, device, dtype, layouts)
-        for form, c in check_decode(path, device).items():  # both must pass: the kernel alone, and inside the model
-            if checks[form]["runs"] and not c["runs"]:
-                checks[form].update(runs=False, reason=c["reason"], layouts={lay: c["reason"] for lay in checks[form]["layouts"]})
+        for lay in layouts:  # both must pass, layout by layout: the kernel alone, and inside the model
+            if all(checks[form]["layouts"][lay] for form in checks):
+                continue  # the kernel already failed at this layout in both calls
+            for form, c in check_decode(path, device, lay).items():
+                if checks[form]["layouts"][lay] is None and not c["runs"]:
+                    checks[form]["layouts"][lay] = c["reason"]
+        for form, c in checks.items():  # each form again from its layouts
+            failing = {lay: r for lay, r in c["layouts"].items() if r}
+            if failing:
+                reasons = set(failing.values())
+                c["runs"] = False
+                c["reason"] = (next(iter(reasons)) if len(failing) == len(c["layouts"]) and len(reasons) == 1
+                               else "; ".join(f"layout {lay}: {r}" for lay, r in failing.items()))
         record["attention"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
                                      "checks": checks}
         for form, c in record["attention"][name]["checks"].items():
