@@ -1,0 +1,59 @@
+"""Weight paths on the CPU: PyTorch's int4 matmul (int4-tinygemm) packing, the bytes it stores, and a
+decode step through the packed model."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from decodegap.core.config import load_models
+from decodegap.measure.weights import PATHS, dequantize_int4_groups, get_weight_path, quantize_int4_groups
+
+
+def test_int4_groups_round_trip_within_half_a_step():
+    w = torch.randn(64, 512, generator=torch.Generator().manual_seed(0)) / 16
+    q, sz = quantize_int4_groups(w, 128)
+    assert q.dtype == torch.int32 and int(q.min()) >= 0 and int(q.max()) <= 15
+    assert sz.shape == (512 // 128, 64, 2) and sz.dtype == torch.bfloat16
+    step = sz.float()[..., 0].transpose(0, 1).repeat_interleave(128, dim=1)  # each weight's scale
+    err = (dequantize_int4_groups(q, sz, 128) - w).abs()
+    assert bool((err <= 0.5 * step + 1e-2 * w.abs().max()).all())  # rounding, plus the bf16 scales' own error
+    with pytest.raises(ValueError, match="not a multiple of the group size 128"):
+        quantize_int4_groups(torch.randn(8, 100), 128)
+
+
+def test_the_int4_kernel_check_passes_on_the_cpu():
+    assert get_weight_path("int4-tinygemm").check("cpu") is None
+
+
+def _card(hidden=256, layers=2):
+    base = load_models()["tiny-llama"]
+    arch = {**base.architecture, "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": hidden // 4, "num_hidden_layers": layers}
+    return dataclasses.replace(base, architecture=arch)
+
+
+def test_int4_packs_every_decoder_linear_and_counts_the_bytes_it_stores():
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.modes import make_decoder
+
+    card = _card()
+    model = build_model(card, "cpu", "sdpa", seed=1)
+    dense = PATHS["bf16"].stored(model)
+    linears = [m for layer in model.model.layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    linear_bytes = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    packed_bytes = sum(m.out_features * m.in_features // 2 + (m.in_features // 128) * m.out_features * 2 * 2 for m in linears)
+    model = PATHS["int4-tinygemm"].prepare(model)
+    assert not [m for layer in model.model.layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    assert isinstance(model.lm_head, torch.nn.Linear)  # the output projection stays dense
+    stored = PATHS["int4-tinygemm"].stored(model)
+    assert stored.weight_bytes == dense.weight_bytes - linear_bytes + packed_bytes
+    assert stored.param_count == dense.param_count  # the card's parameters, not the packed tensors' element count
+    assert stored.weight_bytes - stored.weight_bytes_no_embedding == dense.weight_bytes - dense.weight_bytes_no_embedding
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, 21), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        dec = make_decoder("static", model, 40)
+        dec.prefill(prompt)
+        for _ in range(3):
+            dec.launch()
+            assert 0 <= dec.read_token() < card.architecture["vocab_size"]
