@@ -98,18 +98,9 @@ class GraphedLayerDecoder(LayerDecoder):
         self.graph = None
 
     def prepare(self) -> int:
-        import torch
+        from decodegap.measure.modes import capture_graph
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.capture_warmup_steps):
-                self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step()
-        torch.cuda.synchronize()
+        self.graph = capture_graph(self._step, self.capture_warmup_steps)
         self.steps += self.capture_warmup_steps
         return self.capture_warmup_steps
 

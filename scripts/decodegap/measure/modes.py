@@ -107,6 +107,24 @@ class StaticDecoder:
         return int(self.token.item())
 
 
+def capture_graph(step, warmup_steps: int):
+    """`step` captured as one CUDA graph, after `warmup_steps` real calls of it on a side stream (as
+    torch.cuda.graph asks: allocations and lazy initialisation happen outside the capture)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup_steps):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    torch.cuda.synchronize()
+    return graph
+
+
 class GraphedDecoder(StaticDecoder):
     mode = "graphed"
     capture_warmup_steps = 3  # eager steps on a side stream before capture, as torch.cuda.graph asks
@@ -118,20 +136,9 @@ class GraphedDecoder(StaticDecoder):
         self.graph = None
 
     def prepare(self) -> int:
-        import torch
-
         # The warm-up steps are real decode steps (the cache and position advance), so the state
         # the graph starts from is simply the state after them.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.capture_warmup_steps):
-                self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step()
-        torch.cuda.synchronize()
+        self.graph = capture_graph(self._step, self.capture_warmup_steps)
         return self.capture_warmup_steps
 
     def launch(self) -> None:

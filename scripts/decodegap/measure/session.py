@@ -174,7 +174,7 @@ class Session:
         vocab = self.card.architecture["vocab_size"]
         prompt = torch.randint(0, vocab, (1, args.ctx), generator=gen, device=self.device)
         single = len(arm_modes) == 1
-        block_steps = p.layer_block_steps if arm_modes[0] in LAYER_ARMS else p.ab_block_steps
+        block_steps = p.layer_block_steps if layer else p.ab_block_steps
         timed_per_arm = p.timed_steps if single else p.ab_blocks * block_steps
         max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
 
@@ -366,8 +366,10 @@ def main(argv=None) -> int:
         if ruled:
             error = {"kind": "ruled out", "message": ruled}
         else:
+            from decodegap.measure.setup import forms_needed
+
             why = attn.unavailable(session.device)
-            if why is None and attn.static_cache and any(a in ("static", "graphed") for a in arm_modes):
+            if why is None and attn.static_cache and "static" in forms_needed(args.mode):
                 why = f"{args.attn} cannot run on a static cache: {attn.static_cache}"
             if why:
                 raise CellNotPossible(why)

@@ -172,18 +172,24 @@ def check_attention(path, device: str, dtype, layouts=(CHECK_LAYOUT,)) -> dict[s
     out = {}
     for form in ("dynamic", "static"):
         results = {lay: r[form] for lay, r in per_layout.items()}
-        failing = {lay: r["reason"] for lay, r in results.items() if not r["runs"]}
         errs = [r["max_abs_err"] for r in results.values() if r.get("max_abs_err") is not None]
-        reason = None
-        if failing:
-            reasons = set(failing.values())
-            reason = (next(iter(reasons)) if len(failing) == len(results) and len(reasons) == 1
-                      else "; ".join(f"layout {lay}: {r}" for lay, r in failing.items()))
-        out[form] = {"runs": not failing, "reason": reason, "max_abs_err": max(errs) if errs else None,
-                     "layouts": {lay: r["reason"] for lay, r in results.items()}}
+        by_layout = {lay: r["reason"] for lay, r in results.items()}
+        out[form] = {**form_verdict(by_layout), "max_abs_err": max(errs) if errs else None, "layouts": by_layout}
         if any(r.get("checked") for r in results.values()):
             out[form]["checked"] = next(r["checked"] for r in results.values() if r.get("checked"))
     return out
+
+
+def form_verdict(by_layout: dict[str, str | None]) -> dict:
+    """A call's verdict from its layouts' reasons (None: runs there): it runs when it runs at every
+    layout; one reason when all failed alike, else each failing layout's."""
+    failing = {lay: r for lay, r in by_layout.items() if r}
+    if not failing:
+        return {"runs": True, "reason": None}
+    reasons = set(failing.values())
+    if len(failing) == len(by_layout) and len(reasons) == 1:
+        return {"runs": False, "reason": next(iter(reasons))}
+    return {"runs": False, "reason": "; ".join(f"layout {lay}: {r}" for lay, r in failing.items())}
 
 
 def _check_layout(path, device: str, dtype, hq: int, hkv: int, d: int) -> dict[str, dict]:
@@ -359,13 +365,8 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
             for form, c in check_decode(path, device, lay).items():
                 if checks[form]["layouts"][lay] is None and not c["runs"]:
                     checks[form]["layouts"][lay] = c["reason"]
-        for form, c in checks.items():  # each form again from its layouts
-            failing = {lay: r for lay, r in c["layouts"].items() if r}
-            if failing:
-                reasons = set(failing.values())
-                c["runs"] = False
-                c["reason"] = (next(iter(reasons)) if len(failing) == len(c["layouts"]) and len(reasons) == 1
-                               else "; ".join(f"layout {lay}: {r}" for lay, r in failing.items()))
+        for c in checks.values():  # each form again from its layouts
+            c.update(form_verdict(c["layouts"]))
         record["attention"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
                                      "checks": checks}
         for form, c in record["attention"][name]["checks"].items():
