@@ -399,3 +399,16 @@ def test_the_in_model_check_runs_at_each_layouts_heads():
     a = card.architecture
     assert (a["num_attention_heads"], a["num_key_value_heads"], a["head_dim"], a["hidden_size"], a["num_hidden_layers"]) == (28, 4, 128, 3584, 2)
     assert card.attention_layout == "28/4/128"
+
+
+def test_a_layer_session_lengthens_its_blocks_until_its_fastest_arm_passes_min_duration():
+    from decodegap.core.protocol import Protocol, layer_block_steps
+
+    p = Protocol()
+    # A graphed cuDNN layer step on the H200 is ~0.23 ms: 96-step blocks timed 0.196 s, "too short".
+    steps = layer_block_steps(p, [[1.0, 1.1, 0.9], [0.23, 0.24, 0.22]])
+    assert steps > p.layer_block_steps
+    assert p.ab_blocks * steps * 0.23e-3 >= 2 * p.min_duration_s
+    # A math step at ctx 16384 takes ~20 ms: the least block length is already long enough.
+    assert layer_block_steps(p, [[20.0], [18.0]]) == p.layer_block_steps
+    assert layer_block_steps(p, [[], []]) == p.layer_block_steps

@@ -13,6 +13,7 @@ unstable (invalid); a minimum or maximum 50 % off the mean is flagged as a warni
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 
@@ -27,8 +28,8 @@ class Protocol:
     timed_steps: int = _field(128, "timed steps of a single-mode session", exclusive_minimum=0)
     ab_blocks: int = _field(8, "blocks per arm of an A/B session (order ABBA ABBA ...)", exclusive_minimum=0)
     ab_block_steps: int = _field(16, "steps per block", exclusive_minimum=0)
-    layer_block_steps: int = _field(96, "steps per block of a layer session (mode layer: a step is one attention call per layer, about "
-                                        "a millisecond, so each arm gets ab_blocks x this many steps to time past min_duration_s)",
+    layer_block_steps: int = _field(96, "least steps per block of a layer session (mode layer: a step is one attention call per layer, "
+                                        "0.2-30 ms; a session lengthens its blocks so its fastest arm times 2 x min_duration_s)",
                                     exclusive_minimum=0)
     min_samples: int = _field(64, "a session with fewer timed steps per arm is invalid", exclusive_minimum=0)
     min_duration_s: float = _field(0.2, "a session with less timed host time per arm is invalid", minimum=0)
@@ -65,6 +66,18 @@ class Protocol:
         """The protocol a record states (fields it predates take their defaults)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in stated.items() if k in names})
+
+
+def layer_block_steps(protocol: Protocol, warmup_host_ms: list[list[float]]) -> int:
+    """Steps per block of a layer session: at least protocol.layer_block_steps, and enough that the
+    fastest arm (by its median warm-up step) times twice min_duration_s over its ab_blocks blocks.
+    A graphed layer step can take 0.2 ms and a math one 25 ms, so no fixed count suits both: too few
+    and the graphed arm is "too short", too many and the slow paths take minutes per session."""
+    medians_ms = [statistics.median(ms) for ms in warmup_host_ms if ms]
+    if not medians_ms or min(medians_ms) <= 0:
+        return protocol.layer_block_steps
+    needed = math.ceil(2 * protocol.min_duration_s * 1e3 / (protocol.ab_blocks * min(medians_ms)))
+    return max(protocol.layer_block_steps, needed)
 
 
 def judge_arm(mode: str, host_ms: list[float], protocol: Protocol) -> tuple[list[str], list[str]]:

@@ -281,7 +281,9 @@ PATHS = {
                                 install="pip install flashinfer-python (kernels compile at first use, JIT)"),
     "fa4": AttentionPath("fa4", "decodegap-fa4", package="flash-attn-4", module="flash_attn.cute", families=("fa4",),
                          layout="bshd", min_capability=(9, 0),
-                         install="pip install --pre flash-attn-4 (CuTe DSL kernels, compiled at first use)"),
+                         install="pip install --pre flash-attn-4 (CuTe DSL kernels, compiled at first use); it needs "
+                                 "nvidia-cutlass-dsl-libs-cu13 4.8.1, a 91.9 MB wheel around one 193 MB shared library that "
+                                 "no trimming shrinks: past a lent GPU's 64 MiB per device call"),
 }
 
 

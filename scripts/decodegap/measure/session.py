@@ -28,7 +28,7 @@ from pathlib import Path
 from decodegap.core import paths
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpu, load_models, lookup
 from decodegap.core.errors import CellNotPossible, ConfigError, DecodegapError, SessionExists
-from decodegap.core.protocol import Protocol
+from decodegap.core.protocol import Protocol, layer_block_steps
 
 _T0 = time.perf_counter()
 EXTRA_CACHE_SLOTS = 8
@@ -211,6 +211,10 @@ class Session:
                     for _ in range(p.warmup_steps):
                         warm[mode].step(decoders[mode])
                 log(f"warm-up: {p.warmup_steps} labelled steps per arm in {self._phase('warmup', t):.2f} s")
+                if layer:
+                    block_steps = layer_block_steps(p, [warm[m].host_ms() for m in arm_modes])
+                    timers = {m: StepTimer(self.device, p.ab_blocks * block_steps, p.step_probe_iterations) for m in arm_modes}
+                    log(f"blocks: {p.ab_blocks} x {block_steps} steps per arm")
                 self.gpu_before_timed = self.snapshot()
                 self.host_before_timed = host_snapshot()
                 t = time.perf_counter()
