@@ -141,6 +141,9 @@ def test_only_a_missing_kernel_rules_a_path_out():
     stage stops and writes nothing, instead of ruling cells out for good."""
     assert setup._verdict(RuntimeError("No available kernel. Aborting execution."), "x").startswith("RuntimeError: No available kernel")
     assert setup._verdict(NotImplementedError("int4 on sm_80"), "x") == "NotImplementedError: int4 on sm_80"
+    # Inductor finding no kernel template for flex's call in the model (H200, torch 2.11) is a verdict too
+    lowering = RuntimeError("LoweringException: NoValidChoicesError: No choices to select. Provided reason: No choices exist for backend.")
+    assert "NoValidChoicesError" in setup._verdict(lowering, "attention flex (dynamic) in the model")
     with pytest.raises(setup.StageError, match="weights bf16: OutOfMemoryError: CUDA out of memory"):
         class OutOfMemoryError(RuntimeError):
             pass

@@ -119,7 +119,9 @@ def read_record(path: str | Path) -> dict:
 # implement. Anything else (out of memory, a CUDA error, a broken install) is a failure of the
 # stage itself: it writes no record, since a verdict written now would rule cells out for good.
 UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend for scaled_dot_product_attention", "not supported",
-                        "not implemented for", "no kernel image is available")
+                        "not implemented for", "no kernel image is available",
+                        # Inductor has no kernel template that fits the call (flex inside the model on the H200)
+                        "NoValidChoicesError")
 
 
 class StageError(RuntimeError):
