@@ -307,7 +307,7 @@ def attention(stats_files, reference: list[dict], gpus: dict, models: dict, outp
                 rows.append({**s["cell"], "arm": arm, "us": a["us_per_layer"]})
     df = pd.DataFrame(rows)
     panels = list(dict.fromkeys(zip(df["gpu"], df["model"]))) if not df.empty else []
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.4 * max(1, len(panels)), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.4 * max(1, len(panels)) + 1.2, 3.6), squeeze=False)
     if df.empty:
         axes[0][0].text(0.5, 0.5, "not measured", ha="center", va="center", transform=axes[0][0].transAxes)
     paper = [f for f in reference if f["quantity"] == "attention_us_per_layer" and f.get("attn")]
@@ -334,5 +334,10 @@ def attention(stats_files, reference: list[dict], gpus: dict, models: dict, outp
         ax.set_title(literal(f"{gpus[gpu]['display_name']}, {models[model]['display_name']} layout"), fontsize=9)
         ax.set_xlabel("KV length (tokens)")
         ax.set_ylabel("µs per layer (median)")
-        ax.legend(fontsize=6, title="graphed (solid) / op by op (dashed)", title_fontsize=6)
+    # one legend for all panels, beside them: inside, it hid the slow paths' lines
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    if handles:
+        fig.tight_layout(rect=(0, 0, 0.84, 1))
+        fig.legend(list(handles.values()), list(handles), fontsize=7, title="graphed (solid)\nop by op (dashed)", title_fontsize=7,
+                   loc="center left", bbox_to_anchor=(0.845, 0.5), frameon=False)
     save(fig, outputs)

@@ -38,6 +38,25 @@ def _marks():
         i += 1
 
 
+class _Notes:
+    """Footnotes of a table, one mark per distinct text: thirty cells ruled out for one reason share one note."""
+
+    def __init__(self):
+        self.notes, self._marks, self._by_text = [], _marks(), {}
+
+    def mark(self, text: str) -> str:
+        if text not in self._by_text:
+            self._by_text[text] = next(self._marks)
+            self.notes.append({"mark": self._by_text[text], "text": text})
+        return self._by_text[text]
+
+
+def _cannot_run(reasons) -> bool:
+    """Every session of the cell found the path cannot run here (ruled out by the environment stage, or
+    not possible when the session tried), rather than a session that failed or was too short."""
+    return all(r.startswith(("ruled out", "not possible")) for r in reasons)
+
+
 def _write(tex: str, out_tex, log: NumberLog, out_numbers) -> None:
     Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
     Path(out_tex).write_text(tex)
@@ -607,7 +626,7 @@ def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], 
     cells = [c for c in plan_cells if c["mode"] == "layer"]
     ctxs = sorted({c["ctx"] for c in cells})
     paper = _paper_us_per_layer(reference, gpus)
-    groups, notes, marks = [], [], _marks()
+    groups, notes = [], _Notes()
     scope = "completed"
     for gpu_key, model in dict.fromkeys((c["gpu"], c["model"]) for c in cells):
         a = models[model]["architecture"]
@@ -644,40 +663,42 @@ def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], 
                 })
             row = {"path": attn, "kernel": kernel, "paper": paper.get(attn, ""), "cells": [], "reason": None}
             if failed and len(failed) == len(ctxs) and len(set(failed.values())) == 1:  # cannot run at all: one row, one reason
-                mark = next(marks)
-                notes.append({"mark": mark, "text": f"{attn}: {next(iter(failed.values()))}"})
+                mark = notes.mark(f"{attn}: {next(iter(failed.values()))}")
                 row["reason"] = Markup(rf"cannot run\textsuperscript{{{mark}}}")
             else:
                 for ctx, c in zip(ctxs, per_ctx):
                     if c is None:
                         row["cells"].append({"op": NOT_MEASURED, "graphed": "", "share": ""})
                     elif c == "failed":
-                        mark = next(marks)
-                        notes.append({"mark": mark, "text": f"{attn}, ctx {ctx}: {failed[ctx]}"})
-                        row["cells"].append({"op": Markup(rf"failed\textsuperscript{{{mark}}}"), "graphed": "", "share": ""})
+                        mark = notes.mark(f"{attn}: {failed[ctx]}")
+                        word = "cannot run" if _cannot_run([failed[ctx]]) else "failed"
+                        row["cells"].append({"op": Markup(rf"{word}\textsuperscript{{{mark}}}"), "graphed": "", "share": ""})
                     else:
                         c["graphed"] = Markup(f"{c['graphed']}{c.pop('few')}")
                         row["cells"].append(c)
             rows.append(row)
         groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "layout": layout, "rows": rows})
-    tex = environment().get_template("attention.tex.j2").render(groups=groups, ctxs=ctxs, notes=notes, ncols=3 + 3 * len(ctxs))
+    tex = environment().get_template("attention.tex.j2").render(groups=groups, ctxs=ctxs, notes=notes.notes, ncols=3 + 3 * len(ctxs))
     _write(tex, out_tex, log, out_numbers)
 
 
 def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
     """The whole decode step with each attention path inside the model: static and graphed ms per
-    step (both arms of one session), the launch tax between them, and the kernel that ran."""
+    step (both arms of one session), the launch tax between them, and the kernel that ran. A path
+    that cannot run in a model at all gets one row and one note for its reason."""
     stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
     log = NumberLog("attention_step")
     cells = [c for c in plan_cells if c["mode"] != "layer"]
     ctxs = sorted({c["ctx"] for c in cells})
-    rows, notes, marks = [], [], _marks()
+    rows, notes = [], _Notes()
     scope = "completed"
     for gpu_key, model, attn in dict.fromkeys((c["gpu"], c["model"], c["attn"]) for c in cells):
-        row = {"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "path": attn, "cells": [], "kernel": "--"}
+        row = {"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "path": attn, "cells": [], "kernel": "--",
+               "reason": None}
+        failed = {}
         for ctx in ctxs:
             # static and graphed from the cells of this ctx: one A/B cell (both arms, paired) or single-mode cells
-            found, tax, reasons, measured = {}, "--", [], False
+            found, tax, reasons, measured, few = {}, "--", [], False, ""
             for c in (c for c in cells if (c["gpu"], c["model"], c["attn"], c["ctx"]) == (gpu_key, model, attn, ctx)):
                 cid = _cell_id(c)
                 s = stats.get(cid)
@@ -689,6 +710,7 @@ def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models
                     reasons.append(_reason_of(s))
                     continue
                 meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
+                few = Markup(r"\textsuperscript{$\dagger$}") if s["n_completed"] < 2 else few
                 for arm in ("static", "graphed"):
                     a = sc["arms"].get(arm)
                     if a and arm not in found:
@@ -699,11 +721,15 @@ def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models
             if not measured:
                 row["cells"].append({"static": NOT_MEASURED, "graphed": "", "tax": ""})
             elif not found:
-                mark = next(marks)
-                notes.append({"mark": mark, "text": f"{models[model]['display_name']}, {attn}, ctx {ctx}: {'; '.join(dict.fromkeys(reasons))}"})
-                row["cells"].append({"static": Markup(rf"failed\textsuperscript{{{mark}}}"), "graphed": "", "tax": ""})
+                failed[ctx] = "; ".join(dict.fromkeys(reasons))
+                mark = notes.mark(f"{attn}: {failed[ctx]}")
+                word = "cannot run" if _cannot_run(reasons) else "failed"
+                row["cells"].append({"static": Markup(rf"{word}\textsuperscript{{{mark}}}"), "graphed": "", "tax": ""})
             else:
-                row["cells"].append({"static": found.get("static", "--"), "graphed": found.get("graphed", "--"), "tax": tax})
+                graphed = found.get("graphed", "--")
+                row["cells"].append({"static": found.get("static", "--"), "graphed": Markup(f"{graphed}{few}"), "tax": tax})
+        if len(failed) == len(ctxs) and len(set(failed.values())) == 1 and _cannot_run(failed.values()):
+            row["reason"] = Markup(rf"cannot run\textsuperscript{{{notes.mark(f'{attn}: {next(iter(failed.values()))}')}}}")
         rows.append(row)
-    tex = environment().get_template("attention_step.tex.j2").render(rows=rows, ctxs=ctxs, notes=notes, ncols=4 + 3 * len(ctxs))
+    tex = environment().get_template("attention_step.tex.j2").render(rows=rows, ctxs=ctxs, notes=notes.notes, ncols=4 + 3 * len(ctxs))
     _write(tex, out_tex, log, out_numbers)
