@@ -73,6 +73,7 @@ def small_config(**changes):
     config["ab"] = [{"name": "cuda-graphs", "gpus": ["h200"], "model": "qwen2.5-7b", "ctx": 2048, "attn": "sdpa",
                      "quant": "bf16", "mode": "ab-eager-graphed", "sessions": 3}]
     config["attention"]["gpus"] = []  # the attention experiment: tests that want it name its GPUs
+    config["quantization"]["gpus"] = []  # the weight-path experiment: likewise
     config["stats"]["n_resamples"] = 200
     config = copy.deepcopy(config)
     for key, value in changes.items():

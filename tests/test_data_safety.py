@@ -117,6 +117,7 @@ def test_measuring_never_remeasures_a_recorded_session(built):
     config["matrix"].update(gpus=["h200"], modes=["eager", "graphed"])  # every cell here is recorded: nothing is missing
     config["ab"] = [dict(config["ab"][0], gpus=["h200"])]  # the 53-session cuda-graphs A/B
     config["attention"]["gpus"] = []  # its cells still lack sessions
+    config["quantization"]["gpus"] = []
     config["protocol"]["timed_steps"] = 64
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     with open(root / "scripts/decodegap/measure/modes.py", "a") as f:
@@ -136,6 +137,7 @@ def test_measure_jobs_output_receipts_for_missing_sessions_only(tmp_path):
     config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], modes=["eager", "graphed"], sessions=6)  # s04, s05 missing
     config["ab"] = []
     config["attention"]["gpus"] = []
+    config["quantization"]["gpus"] = []
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(root, "-n", "--forceall", "-p", "report/paper_tables.tex")
     out = proc.stdout + proc.stderr

@@ -36,6 +36,7 @@ def slurm_config(timed_steps=40) -> dict:
     config["protocol"].update(warmup_steps=2, timed_steps=timed_steps, ab_blocks=2, ab_block_steps=8, min_samples=8,
                               min_duration_s=0.0, max_rel_stdev=100.0)
     config["attention"]["gpus"] = []  # the attention experiment's cells are H200 cells: none here
+    config["quantization"]["gpus"] = []  # likewise the weight-path experiment's
     config["stats"]["n_resamples"] = 200
     config["report"]["headline_model"] = "tiny-llama"
     config["report"]["headline_ctx"] = 32

@@ -1,7 +1,9 @@
-"""Weight paths on the CPU: PyTorch's int4 matmul (int4-tinygemm) packing, the bytes it stores, and a
-decode step through the packed model."""
+"""Weight paths on the CPU: each quantized path's packing, the bytes it stores (scales included, so
+R_floor stays honest), its reasons when it cannot run, and a decode step through the packed model."""
 
 import dataclasses
+import importlib
+import importlib.util
 
 import pytest
 import torch
@@ -57,3 +59,70 @@ def test_int4_packs_every_decoder_linear_and_counts_the_bytes_it_stores():
         for _ in range(3):
             dec.launch()
             assert 0 <= dec.read_token() < card.architecture["vocab_size"]
+
+
+# Bytes each path stores for one N x K linear layer, from its format's definition: the test's own
+# arithmetic, not the code's, so a path that drops its scales from W fails here.
+STORED_BYTES = {
+    # 4-bit values, two per byte; a bf16 scale and a bf16 zero point per group of 128 columns per row
+    "int4-tinygemm": lambda n, k: n * k // 2 + (k // 128) * n * 2 * 2,
+    # 4-bit values, two per byte; a float32 absmax per block of 64 weights; the 16-entry float32 NF4 table
+    "bnb-nf4": lambda n, k: n * k // 2 + (n * k // 64) * 4 + 16 * 4,
+}
+
+
+def _runs_here(name):
+    return importlib.util.find_spec(PATHS[name].module or "torch") is not None and not PATHS[name].cuda_only
+
+
+@pytest.mark.parametrize("name", sorted(STORED_BYTES))
+def test_a_packed_path_stores_what_its_format_says(name):
+    if not _runs_here(name):
+        pytest.skip(f"{name}: {PATHS[name].unavailable('cpu')}")
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.modes import make_decoder
+
+    card = _card()
+    model = build_model(card, "cpu", "sdpa", seed=1)
+    dense = PATHS["bf16"].stored(model)
+    linears = [m for layer in model.model.layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    linear_bytes = sum(m.weight.numel() * m.weight.element_size() for m in linears)
+    packed_bytes = sum(STORED_BYTES[name](m.out_features, m.in_features) for m in linears)
+    model = PATHS[name].prepare(model)
+    assert not [m for layer in model.model.layers for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    stored = PATHS[name].stored(model)
+    assert stored.weight_bytes == dense.weight_bytes - linear_bytes + packed_bytes
+    assert stored.param_count == dense.param_count
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, 21), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        dec = make_decoder("static", model, 40)
+        dec.prefill(prompt)
+        for _ in range(2):
+            dec.launch()
+            assert 0 <= dec.read_token() < card.architecture["vocab_size"]
+
+
+@pytest.mark.parametrize("name", sorted(STORED_BYTES))
+def test_a_packed_path_multiplies_by_the_weights_it_stores(name):
+    """The check the environment stage runs: a GEMV through the packed layer against float32 on the
+    dequantized weights, and a clear reason instead when the package is missing."""
+    why = PATHS[name].unavailable("cpu")
+    if why:
+        assert why.startswith(("package not installed", f"{name} has a CUDA kernel only"))
+        assert PATHS[name].check("cpu") == why
+    else:
+        assert PATHS[name].check("cpu") is None
+
+
+def test_a_missing_package_is_the_reason_a_path_cannot_run(monkeypatch):
+    real = importlib.import_module
+
+    def no_bnb(name, *a, **k):
+        if name.split(".")[0] == "bitsandbytes":
+            raise ModuleNotFoundError("No module named 'bitsandbytes'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", no_bnb)
+    why = PATHS["bnb-nf4"].unavailable("cpu")
+    assert why.startswith("package not installed: `import bitsandbytes` fails (ModuleNotFoundError") and "pip install bitsandbytes" in why
+    assert PATHS["bnb-nf4"].check("cpu") == why

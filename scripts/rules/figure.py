@@ -1,4 +1,4 @@
-# Snakemake entry point: one figure (ladder, context, ab or host), PDF and PNG.
+# Snakemake entry point: one figure (figures.py has one function per figure), PDF and PNG.
 from decodegap.analysis import figures
 from decodegap.analysis.reference import load_reference
 from decodegap.analysis.rulelog import run_rule
@@ -17,6 +17,8 @@ def body():
         figures.deployment(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, snakemake.output)
     elif p.name == "attention":
         figures.attention(snakemake.input.stats, load_reference(snakemake.input.reference), p.gpus, p.models, snakemake.output)
+    elif p.name == "quantization":
+        figures.quantization(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     elif p.name == "host":
         figures.host(snakemake.input.stats, p.gpus, p.models, snakemake.output)
     else:

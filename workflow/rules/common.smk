@@ -88,6 +88,7 @@ FIGURE_CAPTIONS = {
     "anatomy": "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (the black tick: the graphed step).",
     "deployment": "Latency against cost per token at batch 1, one point per GPU, mode and weight path (filled: measured; hollow: the paper's published step times at the same prices).",
     "attention": "Attention paths at batch 1: microseconds per layer for one decode-shaped call against the KV length, per head layout; filled: replayed from a CUDA graph (kernel time), hollow and dashed: launched op by op (the larger of launch cost and kernel time); stars: the paper's H100 figures (context not stated).",
+    "quantization": "Weight paths at batch 1: the graphed step's speedup over bf16 per path and cell (bars) against the ideal speedup if the step were its memory traffic, (W_bf16 + K)/(W_q + K) (black ticks).",
     "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows the host; the graphed arm does not.",
 }
 FIGURE_LIST = [

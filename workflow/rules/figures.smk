@@ -171,3 +171,27 @@ rule figure_attention:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/figure.py"
+
+
+rule figure_quantization:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.quantization_stats(),
+    output:
+        report(
+            paths.figure("quantization")[0],
+            caption="../report/quantization.rst",
+            category="Figures",
+        ),
+        paths.figure("quantization")[1],
+    log:
+        paths.log("figures", "quantization"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="quantization",
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/figure.py"

@@ -26,7 +26,14 @@ rule provenance:
     input:
         code=ANALYSIS_CODE,
         numbers=[paths.table_numbers(name) for name in PLAN.tables()],
-        stats=PLAN.matrix_stats() + PLAN.ab_stats() + PLAN.attention_stats(),
+        stats=list(
+            dict.fromkeys(
+                PLAN.matrix_stats()
+                + PLAN.ab_stats()
+                + PLAN.attention_stats()
+                + PLAN.quantization_stats()
+            )
+        ),
     output:
         paths.PROVENANCE,
     log:

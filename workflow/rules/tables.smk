@@ -313,3 +313,29 @@ rule table_attention_step:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_quantization:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.quantization_stats(),
+        reference=REFERENCE,
+    output:
+        tex=report(
+            paths.table_tex("quantization"),
+            caption="../report/quantization_table.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("quantization"),
+    log:
+        paths.log("tables", "quantization"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="quantization",
+        cells=PLAN.quantization_cells(),
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

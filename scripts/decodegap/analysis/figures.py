@@ -341,3 +341,49 @@ def attention(stats_files, reference: list[dict], gpus: dict, models: dict, outp
         fig.legend(list(handles.values()), list(handles), fontsize=7, title="graphed (solid)\nop by op (dashed)", title_fontsize=7,
                    loc="center left", bbox_to_anchor=(0.845, 0.5), frameon=False)
     save(fig, outputs)
+
+
+def quantization(stats_files, gpus: dict, models: dict, outputs) -> None:
+    """The graphed step's speedup over bf16 per weight path, one bar per cell (GPU, model, ctx), and
+    the ideal speedup if the step were its memory traffic, (W_bf16 + K)/(W_q + K), as a black tick:
+    the gap between bar and tick is what the kernel leaves on the table."""
+    from decodegap.analysis.tables import quant_numbers
+
+    style()
+    stats = load_stats(stats_files)
+    by_cell = {(s["cell"]["gpu"], s["cell"]["model"], s["cell"]["ctx"], s["cell"]["attn"], s["cell"]["mode"], s["cell"]["quant"]): s
+               for s in stats}
+    rows = []
+    for key, s in by_cell.items():
+        base = by_cell.get((*key[:5], "bf16"))
+        if key[5] == "bf16" or base is None:
+            continue
+        if not all(((x.get("completed") or {}).get("arms") or {}).get("graphed") for x in (s, base)):
+            continue
+        q = quant_numbers(s, base, "graphed")
+        rows.append({"path": key[5], "cell": f"{models[key[1]]['display_name']} ctx {key[2]}", "gpu": gpus[key[0]]["display_name"],
+                     "speedup": q["speedup_over_bf16"], "ideal": q["ideal_speedup"]})
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    if df.empty:
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        save(fig, outputs)
+        return
+    paths_ = list(dict.fromkeys(df["path"]))
+    cells = list(dict.fromkeys(df["cell"]))
+    width = 0.8 / len(cells)
+    palette = dict(zip(cells, sns.color_palette("tab10", n_colors=len(cells))))
+    for j, cell in enumerate(cells):
+        sub = df[df["cell"] == cell].set_index("path")
+        xs = [i - 0.4 + width * (j + 0.5) for i, p in enumerate(paths_) if p in sub.index]
+        present = [p for p in paths_ if p in sub.index]
+        ax.bar(xs, sub.loc[present, "speedup"], width=width * 0.9, color=palette[cell], label=literal(cell))
+        ax.scatter(xs, sub.loc[present, "ideal"], marker="_", s=120, color="black", zorder=5)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(range(len(paths_)), [literal(p) for p in paths_])
+    ax.set_ylabel("graphed speedup over bf16")
+    ax.set_title(literal(", ".join(dict.fromkeys(df["gpu"]))) + ": bars measured, ticks ideal (W+K traffic)", fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    fig.tight_layout()
+    save(fig, outputs)

@@ -195,6 +195,11 @@ def recompute(entry: dict) -> tuple[float | None, str]:
 
         fresh = [recompute_stats(f) for f in sorted({i["stats_file"] for i in entry["inputs"].values()})]
         value = step_model_numbers(fresh)[0][entry["quantity"].split(":", 1)[1]] * entry.get("scale", 1.0)
+    elif entry["quantity"].startswith("quant:"):
+        from decodegap.analysis.tables import quant_numbers
+
+        fresh = {name: recompute_stats(i["stats_file"]) for name, i in entry["inputs"].items()}
+        value = quant_numbers(fresh["quant"], fresh["bf16"], entry["arm"])[entry["quantity"].split(":", 1)[1]]
     elif entry["quantity"].startswith("anatomy:"):
         from decodegap.analysis import anatomy
 

@@ -21,11 +21,14 @@ from decodegap.core.protocol import Protocol
 
 
 def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, base_ms: float = 10.0,
-           spread: float = 0.01, reasons: list[str] | None = None) -> dict:
+           spread: float = 0.01, reasons: list[str] | None = None, weight_bytes: int | None = None) -> dict:
+    """weight_bytes: W as a packed weight path stores it (default: the card in bf16)."""
     card = load_models()[cell["model"]]
     gpu = load_gpus()[cell["gpu"]]
     w = 0 if cell["mode"] == "layer" else card.param_count() * 2  # the attention microbenchmark reads only KV
     w_noemb = w - (0 if card.tied_embeddings or not w else card.embedding_params() * 2)
+    if weight_bytes is not None:
+        w_noemb, w = w_noemb - (w - weight_bytes), weight_bytes
     floor = MemoryFloor(w, w_noemb, kv_bytes(card.kv_bytes_per_token(), cell["ctx"]), gpu.b_peak_Bps, 0.85 * gpu.b_peak_Bps)
     arms_modes = arms_of(cell["mode"])
     # a protocol the synthetic samples satisfy, so that a record without reasons is valid by its own data

@@ -733,3 +733,75 @@ def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models
         rows.append(row)
     tex = environment().get_template("attention_step.tex.j2").render(rows=rows, ctxs=ctxs, notes=notes.notes, ncols=4 + 3 * len(ctxs))
     _write(tex, out_tex, log, out_numbers)
+
+
+def quant_numbers(quant: dict, bf16: dict, arm: str) -> dict:
+    """A weight path against bf16 in one arm (cell statistics of the same GPU, model, ctx, attention
+    path and mode): the speedup (ratio of the two cells' medians: separate sessions, so no paired
+    interval), the ideal speedup if the step were its traffic, (W_bf16 + K) / (W_q + K), and the
+    share of that ideal the kernel realises."""
+    q, b = quant["completed"]["arms"][arm], bf16["completed"]["arms"][arm]
+    speedup = b["median_ms"] / q["median_ms"]
+    ideal = (b["weight_bytes"] + b["kv_bytes"]) / (q["weight_bytes"] + q["kv_bytes"])
+    return {"speedup_over_bf16": speedup, "ideal_speedup": ideal, "realised": speedup / ideal}
+
+
+def _paper_quant(reference: list[dict], gpus: dict) -> dict[str, str]:
+    """The paper's ms/step per weight path (its L4 comparison): 'bnb-nf4' -> '59.36 (L4)'."""
+    out = {}
+    for f in reference:
+        if f["quantity"] == "ms_per_step" and f.get("quant") and f.get("gpu") == "l4" and f.get("model") is None:
+            out[f["quant"]] = f"{fmt(f['value'], 2)} ({gpus.get(f['gpu'], {}).get('display_name', f['gpu'])})"
+    return out
+
+
+def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """The weight-path matrix: ms per step per path (static and graphed), the bytes each stores, its
+    graphed speedup over bf16 beside the ideal (W_bf16 + K) / (W_q + K) and the share realised, the
+    paper's L4 figure. A path that cannot run has its reason."""
+    stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
+    log = NumberLog("quantization")
+    paper = _paper_quant(reference, gpus)
+    groups, notes, scope = [], _Notes(), "completed"
+    keys = list(dict.fromkeys((c["gpu"], c["model"], c["ctx"], c["attn"], c["mode"]) for c in plan_cells))
+    for i, (gpu_key, model, ctx, attn, mode) in enumerate(keys):
+        cells = [c for c in plan_cells if (c["gpu"], c["model"], c["ctx"], c["attn"], c["mode"]) == (gpu_key, model, ctx, attn, mode)]
+        base = stats.get(_cell_id({**cells[0], "quant": "bf16"}))
+        base_ok = base is not None and ((base.get(scope) or {}).get("arms") or {}).get("graphed")
+        rows = []
+        for c in cells:
+            cid = _cell_id(c)
+            s = stats.get(cid)
+            row = {"path": c["quant"],
+                   "paper": paper.get(c["quant"], "") if i == 0 else "", "reason": None}  # the paper's figures once, in the first group
+            if s is None or s["status"] == "not measured":
+                row["reason"] = NOT_MEASURED
+                rows.append(row)
+                continue
+            arms = (s.get(scope) or {}).get("arms") or {}
+            if not arms.get("graphed"):
+                reasons = [_reason_of(s)]
+                word = "cannot run" if _cannot_run(reasons) else "failed"
+                row["reason"] = Markup(rf"{word}\textsuperscript{{{notes.mark(c['quant'] + ': ' + reasons[0])}}}")
+                rows.append(row)
+                continue
+            meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
+            few = Markup(r"\textsuperscript{$\dagger$}") if s["n_completed"] < 2 else ""
+            g = arms["graphed"]
+            row.update(
+                static=log.num(f"ms_per_step/{cid}/static/{scope}", (arms.get("static") or {}).get("median_ms"), 2, quantity="ms_per_step", arm="static", **meta),
+                graphed=Markup(f"{log.num(f'ms_per_step/{cid}/graphed/{scope}', g['median_ms'], 2, quantity='ms_per_step', arm='graphed', **meta)}{few}"),
+                w_gb=fmt(g["weight_bytes"] / 1e9, 2),
+                r_floor=log.num(f"r_floor/{cid}/graphed/{scope}", g["r_floor"], 2, quantity="r_floor", arm="graphed", **meta),
+                speedup="--", ideal="--", realised="--")
+            if base_ok and c["quant"] != "bf16":
+                inputs = {"quant": meta, "bf16": {"cell": base["cell"], "scope": scope, "stats_file": base["_file"]}}
+                q = quant_numbers(s, base, "graphed")
+                for name, digits in (("speedup_over_bf16", 2), ("ideal_speedup", 2), ("realised", 2)):
+                    row[{"speedup_over_bf16": "speedup", "ideal_speedup": "ideal", "realised": "realised"}[name]] = log.num(
+                        f"{name}/{cid}/graphed/{scope}", q[name], digits, quantity=f"quant:{name}", arm="graphed", inputs=inputs, **meta)
+            rows.append(row)
+        groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "ctx": ctx, "attn": attn,
+                       "mode": mode, "rows": rows})
+    tex = environment().get_template("quantization.tex.j2").render(groups=groups, notes=notes.notes)
+    _write(tex, out_tex, log, out_numbers)

@@ -65,7 +65,7 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     return config
 
 
-FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention")
+FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention", "quantization")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed")
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
@@ -148,12 +148,20 @@ class Plan:
             for a in att["paths"]:
                 self.attention += [Cell(g, mo, c, a, "bf16", LAYER_MODE) for mo in att["layer_models"] for c in att["layer_ctx"]]
                 self.attention += [Cell(g, mo, c, a, "bf16", md) for mo in att["step_models"] for c in att["step_ctx"] for md in att["step_modes"]]
+        # The weight-path experiment: whole-step cells per path for each (models x ctx) group.
+        qz = self.config.get("quantization") or {}
+        self.quantization = list(dict.fromkeys(
+            Cell(g, mo, c, qz["attn"], q, md)
+            for g in qz.get("gpus", []) for q in qz["paths"] for grp in qz["cells"] for mo in grp["models"] for c in grp["ctx"]
+            for md in qz["modes"]))
         self._existing: dict[Cell, list[str]] | None = None
         self.wanted = {c: m["sessions"] for c in self.matrix}
         for c, exp in self.ab.items():
             self.wanted[c] = max(self.wanted.get(c, 0), exp["sessions"])
         for c in self.attention:
             self.wanted[c] = max(self.wanted.get(c, 0), att["sessions"])
+        for c in self.quantization:
+            self.wanted[c] = max(self.wanted.get(c, 0), qz["sessions"])
         self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
 
     @property
@@ -222,7 +230,7 @@ class Plan:
         return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
 
     def cells(self) -> list[Cell]:
-        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention))
+        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization))
 
     def analysed(self, cells=None) -> list[Cell]:
         """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
@@ -256,8 +264,17 @@ class Plan:
         are matrix cells too)."""
         return [c.stats for c in self.analysed(self.attention)]
 
+    def quantization_cells(self) -> list[dict]:
+        """The weight-path experiment's configured cells, as its table lists them."""
+        return [c.keys for c in self.quantization]
+
+    def quantization_stats(self) -> list[str]:
+        """The weight-path experiment's cells with something to analyse (its bf16 cells may be
+        matrix or A/B cells too: one cell, one analysis)."""
+        return [c.stats for c in self.analysed(self.quantization)]
+
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step", "quantization"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:

@@ -137,43 +137,68 @@ def _int4_linear_class():
     return _Int4Linear
 
 
-class Int4TinygemmWeights:
-    """PyTorch's own int4 weight-only matmul (aten._weight_int4pack_mm, "tinygemm": the kernel
-    torchao's int4 weight-only path and gpt-fast use): every linear layer of the decoder blocks
-    packed to 4 bits in groups of 128 input columns with a bf16 scale and zero point per group;
-    the embeddings and the output projection stay bf16, as int4 checkpoints keep them."""
+class PackedWeights:
+    """A quantized weight path: every linear layer of the decoder blocks is replaced by a module that
+    holds the weight packed in the kernel's own storage format and multiplies through that kernel;
+    the embeddings and the output projection stay bf16, as int4 checkpoints keep them. A path is one
+    subclass: `pack` (a bf16 nn.Linear -> the packed module, whose `weight_buffers` name the tensors
+    it stores) and `dense` (the float32 weight the packed module stands for: the check's reference)."""
 
-    name = "int4-tinygemm"
-    package = "torch"
-    group_size = 128
-    inner_k_tiles = 8  # the CUDA kernel's tile of K (2, 4 or 8); gpt-fast's and torchao's default
+    name = ""
+    package = "torch"  # the distribution that ships the kernel (the environment record names its version)
+    module = ""  # what must import for the kernel to exist ("" : torch itself)
+    install = ""  # how the package is had, said with a missing-package reason
+    min_capability: tuple[int, int] | None = None
+    cuda_only = False  # no CPU kernel: on a CPU the check says so instead of running
 
     def unavailable(self, device: str) -> str | None:
-        import torch
+        """Why the kernel cannot run here (package, device, compute capability), or None."""
+        import importlib
 
-        if device == "cuda" and torch.cuda.get_device_capability() < (8, 0):
-            major, minor = torch.cuda.get_device_capability()
-            return f"no kernel for sm_{major}{minor}: PyTorch's int4 matmul needs compute capability 8.0 (bf16 tensor cores)"
+        if self.module:
+            try:
+                importlib.import_module(self.module)
+            except Exception as exc:  # noqa: BLE001 - ImportError, or an import that fails inside (a missing .so)
+                text = str(exc).strip().splitlines()
+                why = f"package not installed: `import {self.module}` fails ({type(exc).__name__}: {text[0][:200] if text else ''})"
+                return why + (f"; {self.install}" if self.install else "")
+        if self.cuda_only and device != "cuda":
+            return f"{self.name} has a CUDA kernel only; device {device}"
+        if device == "cuda" and self.min_capability:
+            import torch
+
+            cap = torch.cuda.get_device_capability()
+            if cap < self.min_capability:
+                lo = self.min_capability
+                return f"no kernel for sm_{cap[0]}{cap[1]}: {self.name} needs compute capability {lo[0]}.{lo[1]} or newer"
         return None
 
+    def pack(self, linear):
+        raise NotImplementedError
+
+    def dense(self, packed, linear):
+        """The float32 weight the packed module stands for (from its stored tensors where the package
+        can unpack them, else by quantizing the original `linear` the same way)."""
+        raise NotImplementedError
+
     def check(self, device: str) -> str | None:
-        """A batch-1 GEMV through the packed kernel against float32 on the dequantized weights."""
+        """A batch-1 GEMV through the packed kernel at a card's shape (4096 -> 1024) against float32
+        on the weights the packed layer stands for: None when it runs and agrees, else why not."""
         import torch
 
         why = self.unavailable(device)
         if why:
             return why
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
         g = torch.Generator(device="cpu").manual_seed(0)
         lin = torch.nn.Linear(4096, 1024, bias=False)
         with torch.no_grad():
             lin.weight.copy_(torch.randn(1024, 4096, generator=g) / 64)
         x = torch.randn(1, 4096, generator=g)
-        q, sz = quantize_int4_groups(lin.weight.detach(), self.group_size)
-        reference = x @ dequantize_int4_groups(q, sz, self.group_size).T
-        mod = _int4_linear_class()(lin.to(device, torch.bfloat16 if device == "cuda" else torch.float32), self.group_size,
-                                   self.inner_k_tiles if device == "cuda" else 2)
+        mod = self.pack(lin.to(device, dtype))
         with torch.no_grad():
-            got = mod(x.to(device, torch.bfloat16 if device == "cuda" else torch.float32)).detach().float().cpu()
+            got = mod(x.to(device, dtype)).detach().float().cpu()
+            reference = x @ self.dense(mod, lin).float().cpu().T
         err = float((got - reference).abs().max())
         tol = 0.1
         return None if torch.isfinite(got).all() and err <= tol else f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
@@ -182,13 +207,11 @@ class Int4TinygemmWeights:
         import torch
 
         model.decodegap_dense_params = sum(p.numel() for p in model.parameters())  # the card's parameters, before packing
-        cls = _int4_linear_class()
-        tiles = self.inner_k_tiles if model.device.type == "cuda" else 2  # the CPU kernel packs in 2s
         for layer in model.model.layers:
             for name, child in list(layer.named_modules()):
                 if isinstance(child, torch.nn.Linear):
                     parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
-                    setattr(parent, name.rsplit(".", 1)[-1], cls(child, self.group_size, tiles))
+                    setattr(parent, name.rsplit(".", 1)[-1], self.pack(child))
         if model.device.type == "cuda":
             torch.cuda.empty_cache()
         return model
@@ -197,7 +220,80 @@ class Int4TinygemmWeights:
         return stored_bytes(model)
 
 
-PATHS = {"bf16": Bf16Weights(), "int4-tinygemm": Int4TinygemmWeights()}
+class Int4TinygemmWeights(PackedWeights):
+    """PyTorch's own int4 weight-only matmul (aten._weight_int4pack_mm, "tinygemm": the kernel
+    torchao's int4 weight-only path and gpt-fast use), 4 bits in groups of 128 input columns with a
+    bf16 scale and zero point per group."""
+
+    name = "int4-tinygemm"
+    group_size = 128
+    inner_k_tiles = 8  # the CUDA kernel's tile of K (2, 4 or 8); gpt-fast's and torchao's default
+    min_capability = (8, 0)  # bf16 tensor cores
+
+    def pack(self, linear):
+        tiles = self.inner_k_tiles if linear.weight.device.type == "cuda" else 2  # the CPU kernel packs in 2s
+        return _int4_linear_class()(linear, self.group_size, tiles)
+
+    def dense(self, packed, linear):
+        q, sz = quantize_int4_groups(linear.weight.detach().float().cpu(), self.group_size)
+        return dequantize_int4_groups(q, sz, self.group_size)
+
+
+class BnbNf4Weights(PackedWeights):
+    """bitsandbytes' 4-bit NormalFloat (NF4): 4 bits per weight in blocks of 64 with one float32
+    absmax per block, no double quantization (transformers' BitsAndBytesConfig defaults, as a
+    `load_in_4bit` model has them); one token goes through bitsandbytes' gemv_4bit kernel."""
+
+    name = "bnb-nf4"
+    package = "bitsandbytes"
+    module = "bitsandbytes"
+    install = "pip install bitsandbytes (prebuilt CUDA libraries per CUDA version)"
+    blocksize = 64
+    double_quant = False
+
+    def pack(self, linear):
+        return _bnb_linear_class()(linear, self.blocksize, self.double_quant)
+
+    def dense(self, packed, linear):
+        import bitsandbytes as bnb
+
+        return bnb.functional.dequantize_4bit(packed.weight_packed, packed.quant_state)
+
+
+def _bnb_linear_class():
+    import torch
+
+    class _Nf4Linear(torch.nn.Module):
+        def __init__(self, linear, blocksize: int, double_quant: bool):
+            import bitsandbytes as bnb
+
+            super().__init__()
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            packed, qs = bnb.functional.quantize_4bit(linear.weight.detach(), blocksize=blocksize, quant_type="nf4",
+                                                      compress_statistics=double_quant, quant_storage=torch.uint8)
+            self.quant_state = qs
+            self.register_buffer("weight_packed", packed)
+            # The quant state's tensors are stored weights too: absmax per block, the NF4 code table,
+            # and with double quantization the absmax's own absmax and code.
+            self.register_buffer("absmax", qs.absmax)
+            self.register_buffer("code", qs.code)
+            names = ["weight_packed", "absmax", "code"]
+            if qs.nested:
+                self.register_buffer("absmax2", qs.state2.absmax)
+                self.register_buffer("code2", qs.state2.code)
+                names += ["absmax2", "code2"]
+            self.weight_buffers = tuple(names)
+            self.bias = linear.bias
+
+        def forward(self, x):
+            import bitsandbytes as bnb
+
+            return bnb.matmul_4bit(x, self.weight_packed.t(), quant_state=self.quant_state, bias=self.bias)
+
+    return _Nf4Linear
+
+
+PATHS = {"bf16": Bf16Weights(), "int4-tinygemm": Int4TinygemmWeights(), "bnb-nf4": BnbNf4Weights()}
 
 
 def get_weight_path(name: str):
