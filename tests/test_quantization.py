@@ -91,3 +91,13 @@ def test_the_plan_has_a_cell_per_path_and_group_and_shares_bf16_cells(tmp_path):
                    (("qwen2.5-7b", 2048), ("llama-3.1-8b", 2048), ("qwen2.5-7b", 16384))}
     assert all(plan.wanted[c] == 3 for c in plan.quantization)
     assert "quantization" in plan.tables() and "int4-tinygemm" in plan.environment_paths("h200")[1]
+
+
+def test_the_batch_runner_takes_several_weight_paths_first_sessions_first():
+    from argparse import Namespace
+
+    from decodegap.measure.batch import planned
+
+    cells = planned(Namespace(gpu="h200", models=["qwen2.5-7b"], ctx=[2048], modes=["ab-static-graphed"], sessions=[0, 1],
+                              attn=["sdpa"], quant=["bf16", "bnb-nf4"]))
+    assert [(c["session"], c["quant"]) for c in cells] == [(0, "bf16"), (0, "bnb-nf4"), (1, "bf16"), (1, "bnb-nf4")]

@@ -25,8 +25,9 @@ def planned(args) -> list[dict]:
     """Sessions in the order they run: every cell's first session before any cell's second, so a
     deadline leaves cells with fewer sessions rather than some with none."""
     cells = []
-    for session, attn, model, ctx, mode in itertools.product(args.sessions, args.attn, args.models, args.ctx, args.modes):
-        cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=attn, quant=args.quant, mode=mode, session=session))
+    quants = args.quant if isinstance(args.quant, list) else [args.quant]
+    for session, attn, quant, model, ctx, mode in itertools.product(args.sessions, args.attn, quants, args.models, args.ctx, args.modes):
+        cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=attn, quant=quant, mode=mode, session=session))
     return cells
 
 
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--modes", nargs="+", required=True)
     p.add_argument("--sessions", nargs="+", type=int, required=True)
     p.add_argument("--attn", nargs="+", default=["sdpa"], help="attention paths (default: sdpa)")
-    p.add_argument("--quant", default="bf16")
+    p.add_argument("--quant", nargs="+", default=["bf16"], help="weight paths (default: bf16)")
     p.add_argument("--root", default=".")
     p.add_argument("--deadline-s", type=float, default=None, help="start no session after this many seconds")
     p.add_argument("--deadline-at", type=float, default=None,
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
         for key in ("gpu", "model", "ctx", "attn", "quant", "mode", "session"):
             cmd += [f"--{key}", str(cell[key])]
         cmd += extra
-        label = f"{cell['model']} ctx{cell['ctx']} {cell['attn']} {cell['mode']} s{cell['session']:02d}"
+        label = f"{cell['model']} ctx{cell['ctx']} {cell['attn']} {cell['quant']} {cell['mode']} s{cell['session']:02d}"
         t = time.perf_counter()
         if args.log_dir:
             log = Path(args.log_dir) / (paths.session_path(**cell).relative_to(paths.RAW_ROOT).as_posix().replace("/", "__") + ".log")
