@@ -29,6 +29,11 @@ PRESETS = {
                  r"flashinfer/data/spdlog/.*", r"flashinfer/data/cccl/(cub|thrust|python|ci|benchmarks|docs)/.*"],
         "keep": [r"flashinfer/data/csrc/[^/]*decode[^/]*\.cu"],
     },
+    # bitsandbytes ships one library per CUDA, ROCm and XPU version: a CUDA-13 torch loads only cuda130
+    "bitsandbytes-cuda13": {
+        "drop": [r"bitsandbytes/libbitsandbytes_(cuda1[0-2]\d|rocm\d+|xpu\d+)\.so"],
+        "keep": [],
+    },
 }
 
 

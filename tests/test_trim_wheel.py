@@ -32,3 +32,19 @@ def test_the_flashinfer_preset_keeps_the_decode_sources_and_their_record_rows(tm
                     "flashinfer/data/cccl/libcudacxx/include/b.h", "flashinfer/data/include/d.cuh",
                     "flashinfer_python-0.7.0.post1.dist-info/RECORD"}
     assert {r.split(",")[0] for r in rows} == left  # every remaining file keeps its row, no row is left dangling
+
+
+def test_the_bitsandbytes_preset_keeps_only_what_a_cuda13_torch_loads(tmp_path):
+    libs = ["cuda118", "cuda128", "cuda130", "cuda132", "rocm64", "xpu2026", "cpu"]
+    names = ["bitsandbytes/__init__.py"] + [f"bitsandbytes/libbitsandbytes_{lib}.so" for lib in libs]
+    wheel = tmp_path / "in" / "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(wheel, "w") as z:
+        for n in names:
+            z.writestr(n, "x")
+    preset = trim_wheel.PRESETS["bitsandbytes-cuda13"]
+    out, dropped, kept = trim_wheel.trim(wheel, tmp_path / "out", preset["drop"], preset["keep"])
+    with zipfile.ZipFile(out) as z:
+        left = set(z.namelist())
+    assert left == {"bitsandbytes/__init__.py", "bitsandbytes/libbitsandbytes_cuda130.so", "bitsandbytes/libbitsandbytes_cuda132.so",
+                    "bitsandbytes/libbitsandbytes_cpu.so"}
