@@ -34,7 +34,7 @@ def stored_bytes(module) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-7b")
-    ap.add_argument("--quant", nargs="+", default=["bf16", "int4-tinygemm"])
+    ap.add_argument("--quant", nargs="+", default=["bf16", "int4-tinygemm", "bnb-nf4"])
     ap.add_argument("--rep-ms", type=int, default=200)
     a = ap.parse_args()
 
@@ -47,6 +47,11 @@ def main() -> int:
 
     from decodegap.measure.weights import get_weight_path
 
+    for quant in list(a.quant):
+        why = get_weight_path(quant).unavailable("cuda") if quant != "bf16" else None
+        if why:
+            print(f"{quant}: cannot run here: {why}")
+            a.quant.remove(quant)
     card = load_models()[a.model]
     print(f"{card.display_name} on {torch.cuda.get_device_name()}: batch-1 GEMV per linear, median of CUDA-graph replays")
     print(f"{'layer':6s} {'out x in':>13s} {'path':14s} {'us':>8s} {'MB stored':>10s} {'GB/s':>8s} {'speedup':>8s} {'ideal':>6s}")
@@ -56,14 +61,7 @@ def main() -> int:
             path = get_weight_path(quant)
             lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
             torch.nn.init.normal_(lin.weight, std=k ** -0.5)
-            holder = torch.nn.Module()  # the path packs the linears of `model.model.layers`; give it one block of one
-            holder.model = torch.nn.Module()
-            holder.model.layers = torch.nn.ModuleList([torch.nn.Module()])
-            holder.model.layers[0].proj = lin
-            if quant != "bf16":
-                holder.device = torch.device("cuda")
-                path.prepare(holder)
-            module = holder.model.layers[0].proj
+            module = lin if quant == "bf16" else path.pack(lin)  # the packing the sessions use
             x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
             with torch.inference_mode():
                 us = triton.testing.do_bench_cudagraph(lambda: module(x), rep=a.rep_ms, return_mode="median") * 1e3
