@@ -3,7 +3,6 @@ R_floor stays honest), its reasons when it cannot run, and a decode step through
 
 import dataclasses
 import importlib
-import importlib.util
 
 import pytest
 import torch
@@ -42,11 +41,22 @@ STORED_BYTES = {
     "int4-tinygemm": lambda n, k: n * k // 2 + (k // 128) * n * 2 * 2,
     # 4-bit values, two per byte; a float32 absmax per block of 64 weights; the 16-entry float32 NF4 table
     "bnb-nf4": lambda n, k: n * k // 2 + (n * k // 64) * 4 + 16 * 4,
+    # int32 words of eight 4-bit values; an fp16 scale per group of 128 rows and column; int32 words of eight 4-bit zeros
+    "gptq-exllamav2": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 + (k // 128) * (n // 8) * 4,
+    # int32 words of eight 4-bit values; a bf16 scale and a bf16 zero per group of 128 and column
+    "gemlite": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 * 2,
 }
 
 
+@pytest.mark.parametrize("name", sorted(STORED_BYTES))
+def test_each_path_says_what_its_format_stores(name):
+    """The path's own byte count (which the stage's check holds the packed layer to) is the format's."""
+    for n, k in ((1024, 4096), (18944, 3584), (512, 14336)):
+        assert PATHS[name].bytes_per_layer(n, k) == STORED_BYTES[name](n, k)
+
+
 def _runs_here(name):
-    return importlib.util.find_spec(PATHS[name].module or "torch") is not None and not PATHS[name].cuda_only
+    return PATHS[name].unavailable("cpu") is None
 
 
 @pytest.mark.parametrize("name", sorted(STORED_BYTES))
@@ -84,7 +94,7 @@ def test_a_packed_path_multiplies_by_the_weights_it_stores(name):
     dequantized weights, and a clear reason instead when the package is missing."""
     why = PATHS[name].unavailable("cpu")
     if why:
-        assert why.startswith(("package not installed", f"{name} has a CUDA kernel only"))
+        assert why.startswith(("package not installed", f"{name} has a CUDA kernel only", "its CUDA extension does not build"))
         assert PATHS[name].check("cpu") == why
     else:
         assert PATHS[name].check("cpu") is None
@@ -102,3 +112,28 @@ def test_a_missing_package_is_the_reason_a_path_cannot_run(monkeypatch):
     why = PATHS["bnb-nf4"].unavailable("cpu")
     assert why.startswith("package not installed: `import bitsandbytes` fails (ModuleNotFoundError") and "pip install bitsandbytes" in why
     assert PATHS["bnb-nf4"].check("cpu") == why
+
+
+def test_gptq_packs_eight_rows_per_word_and_a_zero_of_eight():
+    from decodegap.measure.weights import pack_gptq, unpack_gptq
+
+    w = torch.randn(16, 256, generator=torch.Generator().manual_seed(3)) / 16
+    qweight, qzeros, scales = pack_gptq(w, 128)
+    assert qweight.shape == (256 // 8, 16) and qzeros.shape == (2, 2) and scales.shape == (2, 16) and scales.dtype == torch.float16
+    s = scales.float().repeat_interleave(128, 0)  # K x N
+    q = (w.t() / s).round().clamp(-8, 7) + 8  # the format's values, K x N
+    for k, n in ((0, 0), (7, 3), (8, 3), (255, 15), (130, 9)):
+        assert (int(qweight[k // 8, n]) >> (4 * (k % 8))) & 15 == int(q[k, n])
+    assert all((int(z) >> (4 * i)) & 15 == 7 for z in qzeros.flatten().tolist() for i in range(8))  # v1 stores zero - 1
+    err = (unpack_gptq(qweight, qzeros, scales, 128) - w).abs()
+    assert bool((err <= 0.5 * s.t() + 1e-3).all())
+
+
+def test_gemlite_input_round_trips_within_half_a_step():
+    from decodegap.measure.weights import dequantize_gemlite, quantize_gemlite
+
+    w = torch.randn(32, 256, generator=torch.Generator().manual_seed(4)) / 16
+    q, scales, zeros = quantize_gemlite(w, 128)
+    assert q.dtype == torch.uint8 and int(q.max()) <= 15 and scales.shape == zeros.shape == (32, 2)
+    err = (dequantize_gemlite(q, scales, zeros, 128) - w).abs()
+    assert bool((err <= 0.5 * scales.float().repeat_interleave(128, 1) + 2e-2 * w.abs().max()).all())

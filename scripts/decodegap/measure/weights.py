@@ -58,6 +58,12 @@ class Bf16Weights:
         return StoredWeights(total_bytes, total_bytes - embed_bytes, params)
 
 
+def _module_bytes(module) -> int:
+    """Bytes one packed layer stores: its parameters and the buffers it names as weights, each storage once."""
+    tensors = {t.data_ptr(): t for t in list(module.parameters()) + [getattr(module, n) for n in getattr(module, "weight_buffers", ())]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
 def stored_bytes(model) -> StoredWeights:
     """Bytes of the weights as stored: the parameters, and the buffers a packed layer names as its
     weight (`weight_buffers`: a packed int4 weight, its scales and zero points), each storage once.
@@ -201,7 +207,16 @@ class PackedWeights:
             reference = x @ self.dense(mod, lin).float().cpu().T
         err = float((got - reference).abs().max())
         tol = 0.1
-        return None if torch.isfinite(got).all() and err <= tol else f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
+        if not (torch.isfinite(got).all() and err <= tol):
+            return f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
+        stored, expected = _module_bytes(mod), self.bytes_per_layer(1024, 4096)
+        if stored != expected:  # W would be wrong: the format is not what this path says it stores
+            return f"stores {stored} bytes for a 1024 x 4096 layer, not the {expected} its format gives"
+        return None
+
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        """Bytes the path stores for an n x k linear layer, from its format's definition."""
+        raise NotImplementedError
 
     def prepare(self, model):
         import torch
@@ -230,6 +245,9 @@ class Int4TinygemmWeights(PackedWeights):
     inner_k_tiles = 8  # the CUDA kernel's tile of K (2, 4 or 8); gpt-fast's and torchao's default
     min_capability = (8, 0)  # bf16 tensor cores
 
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        return n * k // 2 + (k // self.group_size) * n * 2 * 2  # 4-bit values; a bf16 scale and zero per group and row
+
     def pack(self, linear):
         tiles = self.inner_k_tiles if linear.weight.device.type == "cuda" else 2  # the CPU kernel packs in 2s
         return _int4_linear_class()(linear, self.group_size, tiles)
@@ -250,6 +268,9 @@ class BnbNf4Weights(PackedWeights):
     install = "pip install bitsandbytes (prebuilt CUDA libraries per CUDA version)"
     blocksize = 64
     double_quant = False
+
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        return n * k // 2 + (n * k // self.blocksize) * 4 + 16 * 4  # 4-bit values; a float32 absmax per block; the NF4 table
 
     def pack(self, linear):
         return _bnb_linear_class()(linear, self.blocksize, self.double_quant)
@@ -293,7 +314,214 @@ def _bnb_linear_class():
     return _Nf4Linear
 
 
-PATHS = {"bf16": Bf16Weights(), "int4-tinygemm": Int4TinygemmWeights(), "bnb-nf4": BnbNf4Weights()}
+def pack_gptq(w, group_size: int):
+    """GPTQ's int4 storage (the v1 "sym" layout AutoGPTQ and GPTQModel checkpoints use): per group of
+    `group_size` input columns a scale s = absmax/7 and zero 8, q = round(w/s) + 8 in 0..15. Returns
+    qweight (int32, K/8 x N: eight consecutive input rows per word, row k in bits 4*(k%8)), qzeros
+    (int32, K/G x N/8: each column's zero minus one, as v1 stores it) and scales (float16, K/G x N)."""
+    import torch
+
+    n, k = w.shape
+    if k % group_size or k % 8 or n % 8:
+        raise ValueError(f"a {n} x {k} weight does not pack to GPTQ groups of {group_size} (needs K % {group_size}, K % 8 and N % 8 == 0)")
+    g = w.float().reshape(n, k // group_size, group_size)
+    scale = (g.abs().amax(-1, keepdim=True) / 7).clamp(min=1e-6)
+    q = ((g / scale).round().clamp(-8, 7) + 8).to(torch.int32).reshape(n, k).t().contiguous()  # K x N
+    shifts = 4 * torch.arange(8, dtype=torch.int32, device=w.device)
+    qweight = (q.reshape(k // 8, 8, n) << shifts.reshape(1, 8, 1)).sum(1, dtype=torch.int32)
+    zeros = torch.full((k // group_size, n), 8 - 1, dtype=torch.int32, device=w.device)
+    qzeros = (zeros.reshape(k // group_size, n // 8, 8) << shifts).sum(-1, dtype=torch.int32)
+    scales = scale.reshape(n, k // group_size).t().contiguous().to(torch.float16)
+    return qweight, qzeros, scales
+
+
+def unpack_gptq(qweight, qzeros, scales, group_size: int):
+    """The float32 N x K weight GPTQ tensors stand for: (q - (z + 1)) * s."""
+    import torch
+
+    k8, n = qweight.shape
+    shifts = 4 * torch.arange(8, dtype=torch.int32, device=qweight.device)
+    q = ((qweight.unsqueeze(1) >> shifts.reshape(1, 8, 1)) & 15).reshape(k8 * 8, n)
+    z = ((qzeros.unsqueeze(-1) >> shifts) & 15).reshape(qzeros.shape[0], n) + 1
+    s = scales.float()
+    return ((q - z.repeat_interleave(group_size, 0)).float() * s.repeat_interleave(group_size, 0)).t()
+
+
+def quantize_gemlite(w, group_size: int):
+    """gemlite's A16Wn input (HQQ's asymmetric convention): per group a scale s = (max - min)/15 and a
+    float zero z = -min/s, w ~ (q - z) * s with q in 0..15. Returns q (uint8, N x K), s and z (bf16, N x K/G)."""
+    import torch
+
+    n, k = w.shape
+    g = w.float().reshape(n, k // group_size, group_size)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-6)
+    zero = -lo / scale
+    q = (g / scale + zero).round().clamp(0, 15).to(torch.uint8).reshape(n, k)
+    return q, scale.reshape(n, -1).to(torch.bfloat16), zero.reshape(n, -1).to(torch.bfloat16)
+
+
+def dequantize_gemlite(q, scales, zeros, group_size: int):
+    n, k = q.shape
+    g = q.float().reshape(n, k // group_size, group_size)
+    return ((g - zeros.float().unsqueeze(-1)) * scales.float().unsqueeze(-1)).reshape(n, k)
+
+
+class GptqExllamav2Weights(PackedWeights):
+    """GPTQ-packed int4 (symmetric, groups of 128, fp16 scales) through ExLlamaV2's GPTQ kernel
+    (`gemm_half_q_half`), the paper's fastest L4 path. The kernel is fp16 only: a bf16 model pays a
+    cast of the activations in and of the output back, two small kernels per linear, counted in the
+    step as any user of it pays them. Its extension compiles at first import (JIT, nvcc)."""
+
+    name = "gptq-exllamav2"
+    package = "exllamav2"
+    module = ""  # exllamav2_ext() imports it
+    install = "pip install exllamav2 (its CUDA extension compiles at first import: about 2-3 minutes on 16 cores)"
+    cuda_only = True
+    min_capability = (8, 0)
+    group_size = 128
+    scratch_elements = 1 << 27  # fp16 scratch for prefill (M > 32 dequantizes the layer): the largest card layer is 68 M
+
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        groups = k // self.group_size  # 4-bit values; an fp16 scale per group and column; a 4-bit zero per group and column
+        return n * k // 2 + groups * n * 2 + groups * n // 2
+
+    def unavailable(self, device: str) -> str | None:
+        try:
+            exllamav2_ext()
+        except Exception as exc:  # noqa: BLE001 - not installed, or its extension does not build or load here
+            text = str(exc).strip().splitlines()
+            what = (f"`import exllamav2.ext` fails ({type(exc).__name__}: {text[0][:200] if text else ''})")
+            if isinstance(exc, ModuleNotFoundError):
+                return f"package not installed: {what}; {self.install}"
+            return f"its CUDA extension does not build or load here: {what}"
+        return super().unavailable(device) if device == "cuda" else f"{self.name} has a CUDA kernel only; device {device}"
+
+    def pack(self, linear):
+        return _exllamav2_linear_class()(linear, self.group_size, self.scratch_elements)
+
+    def dense(self, packed, linear):
+        return unpack_gptq(*pack_gptq(linear.weight.detach().float().cpu(), self.group_size), self.group_size)
+
+
+_SCRATCH: dict = {}
+
+
+def exllamav2_ext():
+    """ExLlamaV2's extension module (exllamav2.ext) alone. The package's __init__ loads its whole
+    inference engine (tokenizer, vision towers and their imaging and server dependencies), none of
+    which a GEMM needs, so the package is entered as a bare namespace. The first import compiles the
+    CUDA extension (torch.utils.cpp_extension, into TORCH_EXTENSIONS_DIR: the stage's compile cache)."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    if "exllamav2.ext" not in sys.modules:
+        spec = importlib.util.find_spec("exllamav2")
+        if spec is None:
+            raise ModuleNotFoundError("No module named 'exllamav2'")
+        if "exllamav2" not in sys.modules:
+            pkg = types.ModuleType("exllamav2")
+            pkg.__path__ = list(spec.submodule_search_locations)
+            sys.modules["exllamav2"] = pkg
+    return importlib.import_module("exllamav2.ext")
+
+
+def _exllamav2_linear_class():
+    import torch
+
+    class _GptqLinear(torch.nn.Module):
+        def __init__(self, linear, group_size: int, scratch_elements: int):
+            ext = exllamav2_ext()
+            exllamav2_ext_c, none_tensor = ext.exllamav2_ext, ext.none_tensor
+
+            super().__init__()
+            w = linear.weight.detach()
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            qweight, qzeros, scales = pack_gptq(w, group_size)
+            self.register_buffer("qweight", qweight)  # make_q_matrix shuffles it in place into the kernel's order
+            self.register_buffer("qzeros", qzeros)
+            self.register_buffer("scales", scales)
+            self.weight_buffers = ("qweight", "qzeros", "scales")
+            # one scratch per device, shared by every layer (as ExLlamaV2 shares its own)
+            scratch = _SCRATCH.setdefault(w.device, torch.empty(scratch_elements, dtype=torch.float16, device=w.device))
+            self.handle = exllamav2_ext_c.make_q_matrix(qweight, *[none_tensor] * 6, qzeros, scales, none_tensor, none_tensor,
+                                                      scratch, scratch_elements // self.out_features)
+            self._gemm = exllamav2_ext_c.gemm_half_q_half
+            self.bias = linear.bias
+
+        def forward(self, x):
+            shape = x.shape
+            a = x.reshape(-1, self.in_features).to(torch.float16)
+            y = torch.zeros(a.shape[0], self.out_features, dtype=torch.float16, device=x.device)  # the kernel accumulates atomically
+            self._gemm(a, self.handle, y, False)
+            y = y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+            return y + self.bias if self.bias is not None else y
+
+    return _GptqLinear
+
+
+class GemliteWeights(PackedWeights):
+    """gemlite's Triton int4 kernels built for small batches (A16W4: bf16 activations, 4-bit weights
+    in groups of 128 with a bf16 scale and zero; one token goes through its GEMV_REVSPLITK kernel).
+    Its autotune keys on the GPU name and has no H200 file: the H100 configs are loaded, so a step
+    compiles each shape once instead of autotuning it."""
+
+    name = "gemlite"
+    package = "gemlite"
+    module = "gemlite"
+    install = "pip install gemlite (pure Python and Triton; its kernels compile at first use)"
+    cuda_only = True
+    min_capability = (8, 0)
+    group_size = 128
+
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        return n * k // 2 + (k // self.group_size) * n * 2 * 2  # 4-bit values; a bf16 scale and zero per group and column
+
+    def pack(self, linear):
+        return _gemlite_linear_class()(linear, self.group_size)
+
+    def dense(self, packed, linear):
+        return dequantize_gemlite(*quantize_gemlite(linear.weight.detach().float().cpu(), self.group_size), self.group_size)
+
+
+def _gemlite_linear_class():
+    import torch
+
+    class _GemliteLinear(torch.nn.Module):
+        configs_loaded = False
+
+        def __init__(self, linear, group_size: int):
+            import os
+
+            import gemlite
+            from gemlite.helper import A16Wn
+
+            super().__init__()
+            if not _GemliteLinear.configs_loaded:  # no H200 file ships: Hopper's H100 configs, instead of autotuning each shape
+                gemlite.load_config(os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json"))
+                _GemliteLinear.configs_loaded = True
+            w = linear.weight.detach()
+            q, scales, zeros = quantize_gemlite(w, group_size)
+            self.inner = A16Wn(device=str(w.device), dtype=torch.bfloat16).from_weights(
+                q, scales, zeros, W_nbits=4, group_size=group_size, bias=None if linear.bias is None else linear.bias.detach())
+            # gemlite's packed weight, scales and zeros (its other buffers are a few ints of kernel metadata)
+            names = []
+            for name, t in list(self.inner.named_parameters()) + list(self.inner.named_buffers()):
+                if name in ("W_q", "scales", "zeros") and t.numel():
+                    self.register_buffer(f"stored_{name}", t, persistent=False)
+                    names.append(f"stored_{name}")
+            self.weight_buffers = tuple(names)
+
+        def forward(self, x):
+            return self.inner(x)
+
+    return _GemliteLinear
+
+
+PATHS = {"bf16": Bf16Weights(), "bnb-nf4": BnbNf4Weights(), "gptq-exllamav2": GptqExllamav2Weights(),
+         "int4-tinygemm": Int4TinygemmWeights(), "gemlite": GemliteWeights()}
 
 
 def get_weight_path(name: str):
