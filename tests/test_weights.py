@@ -43,6 +43,8 @@ STORED_BYTES = {
     "bnb-nf4": lambda n, k: n * k // 2 + (n * k // 64) * 4 + 16 * 4,
     # int32 words of eight 4-bit values; an fp16 scale per group of 128 rows and column; int32 words of eight 4-bit zeros
     "gptq-exllamav2": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 + (k // 128) * (n // 8) * 4,
+    # Marlin's tiles of the AWQ int4 values (K/16 x 2N int32); a bf16 scale per group and column; int32 words of eight zeros
+    "awq-marlin": lambda n, k: (k // 16) * (2 * n) * 4 + (k // 128) * n * 2 + (k // 128) * (n // 8) * 4,
     # int32 words of eight 4-bit values; a bf16 scale and a bf16 zero per group of 128 and column
     "gemlite": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 * 2,
 }
@@ -137,3 +139,30 @@ def test_gemlite_input_round_trips_within_half_a_step():
     assert q.dtype == torch.uint8 and int(q.max()) <= 15 and scales.shape == zeros.shape == (32, 2)
     err = (dequantize_gemlite(q, scales, zeros, 128) - w).abs()
     assert bool((err <= 0.5 * scales.float().repeat_interleave(128, 1) + 2e-2 * w.abs().max()).all())
+
+
+def test_awq_packs_eight_columns_per_word_in_its_nibble_order():
+    from decodegap.measure.weights import AWQ_ORDER, pack_awq, unpack_awq
+
+    w = torch.randn(16, 256, generator=torch.Generator().manual_seed(5)) / 16
+    qweight, qzeros, scales = pack_awq(w, 128)
+    assert qweight.shape == (256, 2) and qzeros.shape == (2, 2) and scales.shape == (2, 16)
+    g = w.reshape(16, 2, 128)
+    lo, hi = g.amin(-1), g.amax(-1)
+    s = (hi - lo) / 15
+    z = (-lo / s).round()  # N x K/G
+    q = (g / s.unsqueeze(-1) + z.unsqueeze(-1)).round().clamp(0, 15).reshape(16, 256)  # N x K
+    for k, n in ((0, 0), (5, 1), (130, 9), (255, 15)):
+        word, slot = n // 8, AWQ_ORDER.index(n % 8)  # column n sits in nibble AWQ_ORDER.index(n % 8) of word n // 8
+        assert (int(qweight[k, word]) >> (4 * slot)) & 15 == int(q[n, k])
+        assert (int(qzeros[k // 128, word]) >> (4 * slot)) & 15 == int(z[n, k // 128])
+    err = (unpack_awq(qweight, qzeros, scales, 128) - w).abs()
+    assert bool((err <= s.repeat_interleave(128, 1) + 1e-6).all())  # value and zero each round by half a step
+
+
+def test_marlin_without_its_sources_says_how_to_lay_them_out(monkeypatch, tmp_path):
+    from decodegap.measure import weights
+
+    monkeypatch.setenv(weights.MARLIN_SRC, str(tmp_path / "none"))
+    with pytest.raises(ModuleNotFoundError, match="envs/build_marlin.py <vllm sdist>"):
+        weights.marlin_ops()
