@@ -71,7 +71,7 @@ def test_the_build_lays_out_one_kernel_config_the_library_and_the_layout_helpers
     marlin = out / "csrc" / "quantization" / "marlin"
     kernels = sorted(p.name for p in marlin.glob("sm*_kernel_*.cu"))
     assert kernels == ["sm80_kernel_kBFloat16_kU4.cu"]  # vLLM's own generator, given only the bf16 uint4 group-128 config
-    assert "'group_blocks': [8]" in (marlin / kernels[0]).read_text() and "'thread_m_blocks': [0.5]" in (marlin / kernels[0]).read_text()
+    assert "'group_blocks': [8]" in (marlin / kernels[0]).read_text() and "'thread_m_blocks': [0.5, 1, 2, 3, 4]" in (marlin / kernels[0]).read_text()
     assert "STABLE_TORCH_LIBRARY_IMPL(decodegap_marlin, CUDA, m)" in (marlin / "marlin.cu").read_text()
     assert not (out / "csrc" / "quantization" / "gptq").exists() and (out / "csrc" / "core" / "scalar_type.hpp").exists()
     bind = (out / "bind.cpp").read_text()

@@ -260,7 +260,9 @@ class Int4TinygemmWeights(PackedWeights):
 class BnbNf4Weights(PackedWeights):
     """bitsandbytes' 4-bit NormalFloat (NF4): 4 bits per weight in blocks of 64 with one float32
     absmax per block, no double quantization (transformers' BitsAndBytesConfig defaults, as a
-    `load_in_4bit` model has them); one token goes through bitsandbytes' gemv_4bit kernel."""
+    `load_in_4bit` model has them); one token goes through `matmul_4bit`, which bitsandbytes 0.50
+    runs as its fused 4-bit GEMM kernel (`gemm_4bit`). The NF4 code table is counted with the stored
+    weights (64 bytes a layer) though that kernel has the table built in."""
 
     name = "bnb-nf4"
     package = "bitsandbytes"
@@ -405,6 +407,7 @@ class GptqExllamav2Weights(PackedWeights):
 
 
 _SCRATCH: dict = {}
+_GEMLITE_CONFIGS: list = []  # the autotune file loaded once per process (None: gemlite could not read it)
 
 
 def exllamav2_ext():
@@ -445,7 +448,9 @@ def _exllamav2_linear_class():
             self.register_buffer("scales", scales)
             self.weight_buffers = ("qweight", "qzeros", "scales")
             # one scratch per device, shared by every layer (as ExLlamaV2 shares its own)
-            scratch = _SCRATCH.setdefault(w.device, torch.empty(scratch_elements, dtype=torch.float16, device=w.device))
+            if w.device not in _SCRATCH:
+                _SCRATCH[w.device] = torch.empty(scratch_elements, dtype=torch.float16, device=w.device)
+            scratch = _SCRATCH[w.device]
             self.handle = exllamav2_ext_c.make_q_matrix(qweight, *[none_tensor] * 6, qzeros, scales, none_tensor, none_tensor,
                                                       scratch, scratch_elements // self.out_features)
             self._gemm = exllamav2_ext_c.gemm_half_q_half
@@ -454,7 +459,9 @@ def _exllamav2_linear_class():
         def forward(self, x):
             shape = x.shape
             a = x.reshape(-1, self.in_features).to(torch.float16)
-            y = torch.zeros(a.shape[0], self.out_features, dtype=torch.float16, device=x.device)  # the kernel accumulates atomically
+            # the kernel clears its output itself (and the cuBLAS path for M > 32 writes it with beta 0), as
+            # ExLlamaV2 relies on: torch.zeros would add a memset kernel per linear; False: not force_cuda
+            y = torch.empty(a.shape[0], self.out_features, dtype=torch.float16, device=x.device)
             self._gemm(a, self.handle, y, False)
             y = y.to(x.dtype).reshape(*shape[:-1], self.out_features)
             return y + self.bias if self.bias is not None else y
@@ -490,8 +497,6 @@ def _gemlite_linear_class():
     import torch
 
     class _GemliteLinear(torch.nn.Module):
-        configs_loaded = False
-
         def __init__(self, linear, group_size: int):
             import os
 
@@ -499,16 +504,18 @@ def _gemlite_linear_class():
             from gemlite.helper import A16Wn
 
             super().__init__()
-            if not _GemliteLinear.configs_loaded:  # no H200 file ships: Hopper's H100 configs, instead of autotuning each shape
-                gemlite.load_config(os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json"))
-                _GemliteLinear.configs_loaded = True
+            if not _GEMLITE_CONFIGS:  # no H200 file ships: Hopper's H100 configs, instead of autotuning each shape
+                path = os.path.join(os.path.dirname(gemlite.__file__), "configs", "h100.json")
+                _GEMLITE_CONFIGS.append(path if gemlite.load_config(path) is not False else None)
             w = linear.weight.detach()
             q, scales, zeros = quantize_gemlite(w, group_size)
-            self.inner = A16Wn(device=str(w.device), dtype=torch.bfloat16).from_weights(
+            inner = A16Wn(device=str(w.device), dtype=torch.bfloat16).from_weights(
                 q, scales, zeros, W_nbits=4, group_size=group_size, bias=None if linear.bias is None else linear.bias.detach())
-            # gemlite's packed weight, scales and zeros (its other buffers are a few ints of kernel metadata)
+            # Kept out of the module tree: its parameters include a few ints of kernel metadata, not weights.
+            object.__setattr__(self, "inner", inner)
+            # gemlite's packed weight, scales and zeros: what W counts
             names = []
-            for name, t in list(self.inner.named_parameters()) + list(self.inner.named_buffers()):
+            for name, t in list(inner.named_parameters()) + list(inner.named_buffers()):
                 if name in ("W_q", "scales", "zeros") and t.numel():
                     self.register_buffer(f"stored_{name}", t, persistent=False)
                     names.append(f"stored_{name}")
