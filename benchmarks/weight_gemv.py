@@ -25,12 +25,6 @@ def linear_shapes(card) -> dict[str, tuple[int, int]]:
             "gate": (a["intermediate_size"], h), "up": (a["intermediate_size"], h), "down": (h, a["intermediate_size"])}
 
 
-def stored_bytes(module) -> int:
-    """The bytes a packed (or dense) linear stores: its parameters and the buffers it names as weights."""
-    tensors = list(module.parameters()) + [getattr(module, n) for n in getattr(module, "weight_buffers", ())]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-7b")
@@ -45,7 +39,7 @@ def main() -> int:
         return 2
     import triton.testing
 
-    from decodegap.measure.weights import get_weight_path
+    from decodegap.measure.weights import get_weight_path, module_bytes
 
     for quant in list(a.quant):
         why = get_weight_path(quant).unavailable("cuda") if quant != "bf16" else None
@@ -65,7 +59,7 @@ def main() -> int:
             x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
             with torch.inference_mode():
                 us = triton.testing.do_bench_cudagraph(lambda: module(x), rep=a.rep_ms, return_mode="median") * 1e3
-            nbytes = stored_bytes(module)
+            nbytes = module_bytes(module)  # what the path stores for the layer, scales included
             if quant == "bf16":
                 base_us, base_bytes = us, nbytes
             speedup = f"{base_us / us:8.2f}" if base_us else f"{'--':>8s}"

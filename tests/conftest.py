@@ -119,3 +119,28 @@ def built_workspace(tmp_path_factory):
     root = make_workspace(tmp_path_factory.mktemp("pipeline"))
     run_snakemake(root, "--cores", "2", "--", "report/paper_tables.tex")
     return root
+
+
+def fixture_cell_stats(root, cell: dict, records) -> Path:
+    """Write a cell's fixture session records under root and summarize them as the workflow does:
+    the cell's stats.json, which the tables and figures read."""
+    from decodegap.analysis import stats
+    from decodegap.core import paths
+    from decodegap.core.config import load_gpus
+    from decodegap.core.record import write_session
+
+    raw = []
+    for s, rec in enumerate(records):
+        path = paths.session_path(root=root, session=s, **cell)
+        write_session(rec, path)
+        raw.append(path)
+    out = Path(root) / "stats" / paths.CELL.format(**cell)
+    stats.summarize_cell(raw, cell, vars(load_gpus()[cell["gpu"]]), {}, out / "s.parquet", out / "t.parquet", out / "stats.json")
+    return out / "stats.json"
+
+
+def fixture_models() -> dict:
+    """The model table as the workflow passes it to tables and figures."""
+    from decodegap.core.config import load_models
+
+    return {k: {"display_name": m.display_name, "architecture": dict(m.architecture)} for k, m in load_models().items()}

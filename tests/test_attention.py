@@ -219,9 +219,10 @@ def test_the_batch_runner_measures_every_cells_first_session_first():
 # --- the tables, on fixture records ----------------------------------------------------------------
 
 def _layer_workspace(tmp_path):
-    from decodegap.analysis import stats, synthetic
-    from decodegap.core import paths
-    from decodegap.core.record import write_session
+    import numpy as np
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import synthetic
 
     gpus = {k: vars(v) for k, v in load_gpus().items()}
     cells, files = [], []
@@ -230,19 +231,11 @@ def _layer_workspace(tmp_path):
             for mode in ("layer", "ab-static-graphed"):
                 cell = dict(gpu="h200", model="qwen2.5-7b", ctx=ctx, attn=attn, quant="bf16", mode=mode)
                 cells.append(cell)
-                raw = []
-                for s in range(2):
-                    path = paths.session_path(root=tmp_path, session=s, **cell)
-                    rec = (synthetic.not_possible_record(cell, s, "package not installed: `import flash_attn_interface` fails")
-                           if attn == "fa3" else synthetic.record(cell, s, 64, __import__("numpy").random.default_rng([s, ctx]), base_ms=1.0))
-                    write_session(rec, path)
-                    raw.append(path)
-                out = tmp_path / "stats" / f"{attn}{ctx}{mode}"
-                stats.summarize_cell(raw, cell, gpus["h200"], {}, out / "s.parquet", out / "t.parquet", out / "stats.json")
-                files.append(out / "stats.json")
-    models = {k: {"display_name": m.display_name, "architecture": dict(m.architecture)} for k, m in load_models().items()}
-    return cells, files, gpus, models
-
+                records = [synthetic.not_possible_record(cell, s, "package not installed: `import flash_attn_interface` fails")
+                           if attn == "fa3" else synthetic.record(cell, s, 64, np.random.default_rng([s, ctx]), base_ms=1.0)
+                           for s in range(2)]
+                files.append(fixture_cell_stats(tmp_path, cell, records))
+    return cells, files, gpus, fixture_models()
 
 def test_the_attention_tables_show_us_per_layer_the_launch_share_and_a_reason(tmp_path):
     from decodegap.analysis import tables

@@ -12,32 +12,23 @@ from decodegap.core.config import load_gpus, load_models
 
 
 def _workspace(tmp_path):
-    from decodegap.analysis import stats, synthetic
-    from decodegap.core import paths
-    from decodegap.core.record import write_session
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import synthetic
 
     gpus = {k: vars(v) for k, v in load_gpus().items()}
-    card = load_models()["qwen2.5-7b"]
-    w_bf16 = card.param_count() * 2
+    w_bf16 = load_models()["qwen2.5-7b"].param_count() * 2
     # bf16 at 8 ms; int4 storing a third of W at 5 ms; bnb-nf4 missing its package
     setups = {"bf16": (8.0, None), "int4-tinygemm": (5.0, w_bf16 // 3), "bnb-nf4": None}
     cells, files = [], []
     for quant, setup in setups.items():
         cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant=quant, mode="ab-static-graphed")
         cells.append(cell)
-        raw = []
-        for s in range(2):
-            path = paths.session_path(root=tmp_path, session=s, **cell)
-            rec = (synthetic.not_possible_record(cell, s, "package not installed: `import bitsandbytes` fails") if setup is None
-                   else synthetic.record(cell, s, 64, np.random.default_rng([s, len(quant)]), base_ms=setup[0], weight_bytes=setup[1]))
-            write_session(rec, path)
-            raw.append(path)
-        out = tmp_path / "stats" / quant
-        stats.summarize_cell(raw, cell, gpus["h200"], {}, out / "s.parquet", out / "t.parquet", out / "stats.json")
-        files.append(out / "stats.json")
-    models = {k: {"display_name": m.display_name, "architecture": dict(m.architecture)} for k, m in load_models().items()}
-    return cells, files, gpus, models
-
+        records = [synthetic.not_possible_record(cell, s, "package not installed: `import bitsandbytes` fails") if setup is None
+                   else synthetic.record(cell, s, 64, np.random.default_rng([s, len(quant)]), base_ms=setup[0], weight_bytes=setup[1])
+                   for s in range(2)]
+        files.append(fixture_cell_stats(tmp_path, cell, records))
+    return cells, files, gpus, fixture_models()
 
 def test_the_quantization_table_gives_speedup_ideal_and_reason(tmp_path):
     from decodegap.analysis import provenance, tables

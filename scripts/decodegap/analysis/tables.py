@@ -57,6 +57,14 @@ def _cannot_run(reasons) -> bool:
     return all(r.startswith(("ruled out", "not possible")) for r in reasons)
 
 
+def _no_result(notes: _Notes, path: str, reasons) -> Markup:
+    """What a cell (or a row of cells) without a number shows: "cannot run" when every reason says
+    the path cannot run here, else "failed", with one footnote per distinct reason."""
+    reasons = list(dict.fromkeys(reasons))
+    word = "cannot run" if _cannot_run(reasons) else "failed"
+    return Markup(rf"{word}\textsuperscript{{{notes.mark(f'{path}: ' + '; '.join(reasons))}}}")
+
+
 def _write(tex: str, out_tex, log: NumberLog, out_numbers) -> None:
     Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
     Path(out_tex).write_text(tex)
@@ -662,17 +670,14 @@ def attention_table(stats_files, plan_cells: list[dict], reference: list[dict], 
                     "n": f"{s['n_completed']}",
                 })
             row = {"path": attn, "kernel": kernel, "paper": paper.get(attn, ""), "cells": [], "reason": None}
-            if failed and len(failed) == len(ctxs) and len(set(failed.values())) == 1:  # cannot run at all: one row, one reason
-                mark = notes.mark(f"{attn}: {next(iter(failed.values()))}")
-                row["reason"] = Markup(rf"cannot run\textsuperscript{{{mark}}}")
+            if failed and len(failed) == len(ctxs) and len(set(failed.values())) == 1:  # no number at all: one row, one reason
+                row["reason"] = _no_result(notes, attn, failed.values())
             else:
                 for ctx, c in zip(ctxs, per_ctx):
                     if c is None:
                         row["cells"].append({"op": NOT_MEASURED, "graphed": "", "share": ""})
                     elif c == "failed":
-                        mark = notes.mark(f"{attn}: {failed[ctx]}")
-                        word = "cannot run" if _cannot_run([failed[ctx]]) else "failed"
-                        row["cells"].append({"op": Markup(rf"{word}\textsuperscript{{{mark}}}"), "graphed": "", "share": ""})
+                        row["cells"].append({"op": _no_result(notes, attn, [failed[ctx]]), "graphed": "", "share": ""})
                     else:
                         c["graphed"] = Markup(f"{c['graphed']}{c.pop('few')}")
                         row["cells"].append(c)
@@ -722,14 +727,12 @@ def attention_step_table(stats_files, plan_cells: list[dict], gpus: dict, models
                 row["cells"].append({"static": NOT_MEASURED, "graphed": "", "tax": ""})
             elif not found:
                 failed[ctx] = "; ".join(dict.fromkeys(reasons))
-                mark = notes.mark(f"{attn}: {failed[ctx]}")
-                word = "cannot run" if _cannot_run(reasons) else "failed"
-                row["cells"].append({"static": Markup(rf"{word}\textsuperscript{{{mark}}}"), "graphed": "", "tax": ""})
+                row["cells"].append({"static": _no_result(notes, attn, reasons), "graphed": "", "tax": ""})
             else:
                 graphed = found.get("graphed", "--")
                 row["cells"].append({"static": found.get("static", "--"), "graphed": Markup(f"{graphed}{few}"), "tax": tax})
         if len(failed) == len(ctxs) and len(set(failed.values())) == 1 and _cannot_run(failed.values()):
-            row["reason"] = Markup(rf"cannot run\textsuperscript{{{notes.mark(f'{attn}: {next(iter(failed.values()))}')}}}")
+            row["reason"] = _no_result(notes, attn, failed.values())
         rows.append(row)
     tex = environment().get_template("attention_step.tex.j2").render(rows=rows, ctxs=ctxs, notes=notes.notes, ncols=4 + 3 * len(ctxs))
     _write(tex, out_tex, log, out_numbers)
@@ -780,9 +783,7 @@ def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict
                 continue
             arms = (s.get(scope) or {}).get("arms") or {}
             if not arms.get("graphed"):
-                reasons = [_reason_of(s)]
-                word = "cannot run" if _cannot_run(reasons) else "failed"
-                row["reason"] = Markup(rf"{word}\textsuperscript{{{notes.mark(c['quant'] + ': ' + reasons[0])}}}")
+                row["reason"] = _no_result(notes, c["quant"], [_reason_of(s)])
                 rows.append(row)
                 continue
             meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"]}
@@ -793,13 +794,11 @@ def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict
                 graphed=Markup(f"{log.num(f'ms_per_step/{cid}/graphed/{scope}', g['median_ms'], 2, quantity='ms_per_step', arm='graphed', **meta)}{few}"),
                 w_gb=fmt(g["weight_bytes"] / 1e9, 2),
                 r_floor=log.num(f"r_floor/{cid}/graphed/{scope}", g["r_floor"], 2, quantity="r_floor", arm="graphed", **meta),
-                speedup="--", ideal="--", realised="--")
+                speedup_over_bf16="--", ideal_speedup="--", realised="--")
             if base_ok and c["quant"] != "bf16":
                 inputs = {"quant": meta, "bf16": {"cell": base["cell"], "scope": scope, "stats_file": base["_file"]}}
-                q = quant_numbers(s, base, "graphed")
-                for name, digits in (("speedup_over_bf16", 2), ("ideal_speedup", 2), ("realised", 2)):
-                    row[{"speedup_over_bf16": "speedup", "ideal_speedup": "ideal", "realised": "realised"}[name]] = log.num(
-                        f"{name}/{cid}/graphed/{scope}", q[name], digits, quantity=f"quant:{name}", arm="graphed", inputs=inputs, **meta)
+                for name, value in quant_numbers(s, base, "graphed").items():
+                    row[name] = log.num(f"{name}/{cid}/graphed/{scope}", value, 2, quantity=f"quant:{name}", arm="graphed", inputs=inputs, **meta)
             rows.append(row)
         groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "ctx": ctx, "attn": attn,
                        "mode": mode, "rows": rows})

@@ -195,7 +195,8 @@ class Session:
                 if prepare_steps:
                     log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s")
                 decoders[mode] = dec
-                timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
+                if not layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
+                    timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
                 warm[mode] = StepTimer(self.device, p.warmup_steps)
                 self.arms.append(
                     {"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps}

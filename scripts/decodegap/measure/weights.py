@@ -58,7 +58,7 @@ class Bf16Weights:
         return StoredWeights(total_bytes, total_bytes - embed_bytes, params)
 
 
-def _module_bytes(module) -> int:
+def module_bytes(module) -> int:
     """Bytes one packed layer stores: its parameters and the buffers it names as weights, each storage once."""
     tensors = {t.data_ptr(): t for t in list(module.parameters()) + [getattr(module, n) for n in getattr(module, "weight_buffers", ())]}
     return sum(t.numel() * t.element_size() for t in tensors.values())
@@ -157,19 +157,25 @@ class PackedWeights:
     min_capability: tuple[int, int] | None = None
     cuda_only = False  # no CPU kernel: on a CPU the check says so instead of running
 
-    def unavailable(self, device: str) -> str | None:
-        """Why the kernel cannot run here (package, device, compute capability), or None."""
+    def load(self):
+        """Import (and, for a JIT path, compile) the kernel's package; raises when it cannot."""
         import importlib
 
         if self.module:
-            try:
-                importlib.import_module(self.module)
-            except Exception as exc:  # noqa: BLE001 - ImportError, or an import that fails inside (a missing .so)
-                text = str(exc).strip().splitlines()
-                why = f"package not installed: `import {self.module}` fails ({type(exc).__name__}: {text[0][:200] if text else ''})"
-                return why + (f"; {self.install}" if self.install else "")
-        if self.cuda_only and device != "cuda":
+            importlib.import_module(self.module)
+
+    def unavailable(self, device: str) -> str | None:
+        """Why the kernel cannot run here (device, package, build, compute capability), or None."""
+        if self.cuda_only and device != "cuda":  # before load(): a JIT path would try to compile for no GPU
             return f"{self.name} has a CUDA kernel only; device {device}"
+        try:
+            self.load()
+        except Exception as exc:  # noqa: BLE001 - ImportError, or an import or build that fails inside
+            lines = str(exc).strip().splitlines()
+            what = f"`import {self.module or self.package}` fails ({type(exc).__name__}: {lines[0][:200] if lines else ''})"
+            if isinstance(exc, ModuleNotFoundError):
+                return f"package not installed: {what}" + (f"; {self.install}" if self.install else "")
+            return f"its kernels do not build or load here: {what}"
         if device == "cuda" and self.min_capability:
             import torch
 
@@ -209,7 +215,7 @@ class PackedWeights:
         tol = 0.1
         if not (torch.isfinite(got).all() and err <= tol):
             return f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
-        stored, expected = _module_bytes(mod), self.bytes_per_layer(1024, 4096)
+        stored, expected = module_bytes(mod), self.bytes_per_layer(1024, 4096)
         if stored != expected:  # W would be wrong: the format is not what this path says it stores
             return f"stores {stored} bytes for a 1024 x 4096 layer, not the {expected} its format gives"
         return None
@@ -377,7 +383,7 @@ class GptqExllamav2Weights(PackedWeights):
 
     name = "gptq-exllamav2"
     package = "exllamav2"
-    module = ""  # exllamav2_ext() imports it
+    module = "exllamav2.ext"  # imported alone by exllamav2_ext()
     install = "pip install exllamav2 (its CUDA extension compiles at first import: about 2-3 minutes on 16 cores)"
     cuda_only = True
     min_capability = (8, 0)
@@ -388,16 +394,8 @@ class GptqExllamav2Weights(PackedWeights):
         groups = k // self.group_size  # 4-bit values; an fp16 scale per group and column; a 4-bit zero per group and column
         return n * k // 2 + groups * n * 2 + groups * n // 2
 
-    def unavailable(self, device: str) -> str | None:
-        try:
-            exllamav2_ext()
-        except Exception as exc:  # noqa: BLE001 - not installed, or its extension does not build or load here
-            text = str(exc).strip().splitlines()
-            what = (f"`import exllamav2.ext` fails ({type(exc).__name__}: {text[0][:200] if text else ''})")
-            if isinstance(exc, ModuleNotFoundError):
-                return f"package not installed: {what}; {self.install}"
-            return f"its CUDA extension does not build or load here: {what}"
-        return super().unavailable(device) if device == "cuda" else f"{self.name} has a CUDA kernel only; device {device}"
+    def load(self):
+        exllamav2_ext()
 
     def pack(self, linear):
         return _exllamav2_linear_class()(linear, self.group_size, self.scratch_elements)
@@ -613,22 +611,14 @@ class AwqMarlinWeights(PackedWeights):
 
     name = "awq-marlin"
     package = "vllm"  # the sources' origin (envs/build_marlin.py)
+    module = "decodegap_marlin"  # compiled by marlin_ops()
     install = "python envs/build_marlin.py <vllm-0.33.0.tar.gz> .whl/marlin (vLLM's Marlin sources, compiled at first use)"
     cuda_only = True
     min_capability = (8, 0)
     group_size = 128
 
-    def unavailable(self, device: str) -> str | None:
-        if device != "cuda":
-            return f"{self.name} has a CUDA kernel only; device {device}"
-        try:
-            marlin_ops()
-        except ModuleNotFoundError as exc:
-            return f"package not installed: {exc}; {self.install}"
-        except Exception as exc:  # noqa: BLE001 - the build or load fails here: that is the finding
-            text = str(exc).strip().splitlines()
-            return f"its Marlin kernels do not build or load here: {type(exc).__name__}: {text[-1][:300] if text else ''}"
-        return super().unavailable(device)
+    def load(self):
+        marlin_ops()
 
     def bytes_per_layer(self, n: int, k: int) -> int:
         groups = k // self.group_size  # 4-bit values; a bf16 scale per group and column; 4-bit zeros packed in int32
