@@ -150,6 +150,31 @@ def test_only_a_missing_kernel_rules_a_path_out():
         setup._verdict(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "weights bf16")
 
 
+def test_a_weight_kernel_that_does_not_build_is_a_verdict_about_its_path(tmp_path, monkeypatch):
+    """A third-party weight kernel (vLLM's Marlin, ExLlamaV2's extension) that fails to compile for
+    this torch and CUDA is the finding for that path: the stage records it and goes on, and still
+    stops on a failure of our own call."""
+    from decodegap.measure import weights
+
+    path = weights.get_weight_path("gptq-exllamav2")
+
+    def broken_build(device):
+        raise RuntimeError("Error building extension 'exllamav2_ext'")
+
+    monkeypatch.setattr(path, "build", broken_build, raising=False)
+    monkeypatch.setattr(weights, "get_weight_path", lambda name: path)
+    record = setup.build_record("cpu", ["sdpa"], ["gptq-exllamav2"], tmp_path / "c")
+    verdict = record["weights"]["gptq-exllamav2"]
+    assert not verdict["runs"] and verdict["reason"] == "exllamav2's kernel fails here: RuntimeError: Error building extension 'exllamav2_ext'"
+
+    def our_bug(device):
+        raise TypeError("make_q_matrix(): incompatible function arguments")
+
+    monkeypatch.setattr(path, "build", our_bug, raising=False)
+    with pytest.raises(setup.StageError, match="weights gptq-exllamav2: TypeError"):
+        setup.build_record("cpu", ["sdpa"], ["gptq-exllamav2"], tmp_path / "c")
+
+
 def test_a_gpu_type_the_user_defines_in_the_config_is_known_to_the_stage(tmp_path):
     """The workflow passes the merged GPU table (config `gpus:` overrides), as it does to sessions."""
     out = tmp_path / "cpu-as-l4.json"

@@ -380,7 +380,7 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
             built = path.build(device) if hasattr(path, "build") else None
             reason = path.check(device)
         except Exception as exc:  # noqa: BLE001 - a missing kernel is the finding; anything else stops the stage
-            built, reason = None, _verdict(exc, f"weights {name}")
+            built, reason = None, _verdict(exc, f"weights {name}", path.package)
         record["weights"][name] = {"package": path.package, "version": package_version(path.package), "built": built,
                                    "runs": reason is None, "reason": reason}
         log(f"  {'runs' if reason is None else 'cannot run: ' + reason}")
