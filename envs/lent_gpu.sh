@@ -4,7 +4,7 @@
 #
 #   SHA=<commit> [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
 #
-# - the wheels in .whl/ are installed into /tmp/site (PYTHONPATH), each once per machine, so two calls
+# - the wheels in .whl/ (and .whl-*/, a second set carried by another call) are installed into /tmp/site (PYTHONPATH), each once per machine, so two calls
 #   can carry a set too large for one;
 # - results/raw/ is copied to /tmp/dg once per machine, so the batch skips every session recorded
 #   there or earlier on this machine; only sessions newer than this call's start are packed;
@@ -17,7 +17,7 @@ START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
 export PYTHONPATH=/tmp/site:scripts PYTHONUNBUFFERED=1 DECODEGAP_GIT_COMMIT=$SHA DECODEGAP_GIT_DIRTY=0
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
 # wheels not yet installed on this machine (a split carry: a warm machine keeps what an earlier call installed)
-new=$(for w in .whl/*.whl; do [ -e "$w" ] && [ ! -f "/tmp/site/.got.${w##*/}" ] && echo "$w"; done)
+new=$(for w in .whl/*.whl .whl-*/*.whl; do [ -e "$w" ] && [ ! -f "/tmp/site/.got.${w##*/}" ] && echo "$w"; done)
 [ -z "$new" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $new 2>&1 | tail -2
   for w in $new; do touch "/tmp/site/.got.${w##*/}"; done; echo "installed: $(echo $new | wc -w) wheels"; }
 # the stage's compile caches, for the benchmarks too (a JIT extension built once per machine)
