@@ -4,14 +4,18 @@
 #
 #   SHA=<commit> [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
 #
-# - the wheels in .whl/ (and .whl-*/, a second set carried by another call) are installed into /tmp/site (PYTHONPATH), each once per machine, so two calls
-#   can carry a set too large for one;
+# - the wheels in .whl/ (and .whl-*/, a second set carried by another call) are installed into
+#   /tmp/site (PYTHONPATH), each once per machine, so two calls can carry a set too large for one
+#   (only while the machine stays warm: it goes back after about 30 s idle, and a fresh one stages
+#   again, about 200-270 s on the H200 with ExLlamaV2's and Marlin's builds);
 # - results/raw/ is copied to /tmp/dg once per machine, so the batch skips every session recorded
 #   there or earlier on this machine; only sessions newer than this call's start are packed;
 # - `stage` writes the environment record (all attention paths, the config's weight paths and head
 #   layouts) unless this machine has one; `B ...` runs `python -m decodegap.measure.batch` with the
 #   shared deadline and the record.
-# Unpack $OUT/sessions.tar.gz here and add it with `python -m decodegap.measure.ingest DIR`.
+# Unpack $OUT/sessions.tar.gz here and add it with `python -m decodegap.measure.ingest DIR` after
+# every call, before the next: a call that lands on a fresh machine skips only what the tree holds,
+# so it measures again any session still waiting here, and ingest refuses the second copy.
 set -u
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
 export PYTHONPATH=/tmp/site:scripts PYTHONUNBUFFERED=1 DECODEGAP_GIT_COMMIT=$SHA DECODEGAP_GIT_DIRTY=0
