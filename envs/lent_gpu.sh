@@ -2,7 +2,7 @@
 # working tree is replaced by the next call, so sessions are written outside the tree, under
 # /tmp/dg, and packed into $OUT on exit, with one deadline for every batch run of the call.
 #
-#   SHA=<commit> [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
+#   SHA=<commit> [GPU=h200] [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
 #
 # - the wheels in .whl/ (and .whl-*/, a second set carried by another call) are installed into
 #   /tmp/site (PYTHONPATH), each once per machine, so two calls can carry a set too large for one
@@ -18,6 +18,7 @@
 # so it measures again any session still waiting here, and ingest refuses the second copy.
 set -u
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
+GPU=${GPU:-h200}; CACHE=$HOME/.cache/decodegap/$GPU  # the GPU type, and the compile caches its stage and sessions share
 export PYTHONPATH=/tmp/site:scripts PYTHONUNBUFFERED=1 DECODEGAP_GIT_COMMIT=$SHA DECODEGAP_GIT_DIRTY=0
 nvidia-smi --query-gpu=uuid,name --format=csv,noheader
 # wheels not yet installed on this machine (a split carry: a warm machine keeps what an earlier call installed)
@@ -25,8 +26,8 @@ new=$(for w in .whl/*.whl .whl-*/*.whl; do [ -e "$w" ] && [ ! -f "/tmp/site/.got
 [ -z "$new" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $new 2>&1 | tail -2
   for w in $new; do touch "/tmp/site/.got.${w##*/}"; done; echo "installed: $(echo $new | wc -w) wheels"; }
 # the stage's compile caches, for the benchmarks too (a JIT extension built once per machine)
-eval "$(python3 -c 'from pathlib import Path; from decodegap.measure.setup import environment_variables as e
-for k, v in e(Path.home() / ".cache/decodegap/h200").items(): print(f"export {k}={v}")')"
+eval "$(python3 -c 'import sys; from decodegap.measure.setup import environment_variables as e
+for k, v in e(sys.argv[1]).items(): print(f"export {k}={v}")' $CACHE)"
 if [ ! -d /tmp/dg/results/raw ]; then mkdir -p /tmp/dg/results/environment /tmp/dg/logs && cp -r results/raw /tmp/dg/results/; fi
 sleep 1; touch /tmp/marker.$START
 pack() {
@@ -35,13 +36,13 @@ pack() {
   echo "packed $(tar tzf $OUT/sessions.tar.gz | wc -l) files at +$(( $(date +%s) - START )) s"
 }
 trap pack EXIT
-ENV=/tmp/dg/results/environment/h200.json
+ENV=/tmp/dg/results/environment/$GPU.json
 stage() {
   [ -f $ENV ] && { echo "stage: record exists"; return; }
   t=$(date +%s)
-  python3 -m decodegap.measure.setup --gpu h200 --attn ${ATTN_PATHS:-sdpa sdpa-flash sdpa-cudnn sdpa-efficient sdpa-math flex fa2 fa3 flashinfer fa4} \
+  python3 -m decodegap.measure.setup --gpu $GPU --cache-dir $CACHE --attn ${ATTN_PATHS:-sdpa sdpa-flash sdpa-cudnn sdpa-efficient sdpa-math flex fa2 fa3 flashinfer fa4} \
     --quant ${QUANT_PATHS:-bf16 bnb-nf4 awq-marlin gptq-exllamav2 int4-tinygemm gemlite} --layouts 28/4/128 32/8/128 --out $ENV \
     > /tmp/dg/logs/stage.log 2>&1; rc=$?; echo "stage rc $rc in $(( $(date +%s) - t )) s"
   grep -E "cannot run|error" /tmp/dg/logs/stage.log | cut -c1-220; [ -f $ENV ] || exit 3
 }
-B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu h200 "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
+B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
