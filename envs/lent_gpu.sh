@@ -4,38 +4,65 @@
 #
 #   SHA=<commit> [GPU=h200] [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
 #
+# - the tree is copied once per machine to /tmp/dgcode and everything runs from there: the stage's
+#   JIT builds and the sessions then name the same source paths (one build per machine), and a
+#   daemon (below) never reads a tree that the next call is replacing;
 # - the wheels in .whl/ (and .whl-*/, a second set carried by another call) are installed into
 #   /tmp/site (PYTHONPATH), each once per machine, so two calls can carry a set too large for one
-#   (only while the machine stays warm: it goes back after about 30 s idle, and a fresh one stages
-#   again, about 200-270 s on the H200 with ExLlamaV2's and Marlin's builds);
+#   (only while the machine stays warm: it goes back about 30 s after a call returns, and a fresh
+#   one stages again, about 200-270 s on the H200 with ExLlamaV2's and Marlin's builds);
 # - results/raw/ is copied to /tmp/dg once per machine, so the batch skips every session recorded
-#   there or earlier on this machine; only sessions newer than this call's start are packed;
-# - `stage` writes the environment record (all attention paths, the config's weight paths and head
-#   layouts) unless this machine has one; `B ...` runs `python -m decodegap.measure.batch` with the
-#   shared deadline and the record.
+#   there or earlier on this machine; pack() sends each finished session once, in the first call
+#   that ends after it;
+# - `stage` writes the environment record (the attention paths ATTN_PATHS, the weight paths
+#   QUANT_PATHS, the cards' head layouts) unless this machine has one; `B ...` runs
+#   `python -m decodegap.measure.batch` with the shared deadline and the record.
+#
+# More sessions than one call's 10 minutes, without staging again: `daemon 'B ...; B ...' SECONDS`
+# runs the list in its own process session, which outlives the call, with a deadline SECONDS after
+# the call's start; each following call, sent as soon as the last returns (within the machine's
+# idle release), runs `collect S`: it waits until the daemon ends or S seconds pass and packs what
+# finished. A call that lands on a fresh machine says so and packs nothing.
+#
 # Unpack $OUT/sessions.tar.gz here and add it with `python -m decodegap.measure.ingest DIR` after
-# every call, before the next: a call that lands on a fresh machine skips only what the tree holds,
-# so it measures again any session still waiting here, and ingest refuses the second copy.
+# every call, before the next call that could land on a fresh machine: such a call skips only what
+# the tree holds, so it measures again any session still waiting here, and ingest refuses the second
+# copy. The packed environment record is this machine's; it replaces results/environment/ only when
+# it checked every path.
 set -u
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
 GPU=${GPU:-h200}; CACHE=$HOME/.cache/decodegap/$GPU  # the GPU type, and the compile caches its stage and sessions share
+TREE=$PWD  # this call's tree: its carried wheels
+if [ "$PWD" != /tmp/dgcode ]; then
+  [ -d /tmp/dgcode ] || { mkdir -p /tmp/dgcode && cp -a . /tmp/dgcode/ && echo "$SHA" > /tmp/dgcode/.sha; }
+  # the machine runs the code of its first call: a call with other code would be recorded under the wrong commit
+  [ "$(cat /tmp/dgcode/.sha)" = "$SHA" ] || { echo "this machine runs commit $(cat /tmp/dgcode/.sha), not $SHA: give it back first"; exit 4; }
+  cd /tmp/dgcode
+fi
 export PYTHONPATH=/tmp/site:scripts PYTHONUNBUFFERED=1 DECODEGAP_GIT_COMMIT=$SHA DECODEGAP_GIT_DIRTY=0
-nvidia-smi --query-gpu=uuid,name --format=csv,noheader
-# wheels not yet installed on this machine (a split carry: a warm machine keeps what an earlier call installed)
-new=$(for w in .whl/*.whl .whl-*/*.whl; do [ -e "$w" ] && [ ! -f "/tmp/site/.got.${w##*/}" ] && echo "$w"; done)
-[ -z "$new" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $new 2>&1 | tail -2
-  for w in $new; do touch "/tmp/site/.got.${w##*/}"; done; echo "installed: $(echo $new | wc -w) wheels"; }
+if [ -z "${DG_DAEMON:-}" ]; then
+  nvidia-smi --query-gpu=uuid,name --format=csv,noheader
+  # wheels not yet installed on this machine (a split carry: a warm machine keeps what an earlier call installed)
+  new=$(for w in "$TREE"/.whl/*.whl "$TREE"/.whl-*/*.whl; do [ -e "$w" ] && [ ! -f "/tmp/site/.got.${w##*/}" ] && echo "$w"; done)
+  [ -z "$new" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $new 2>&1 | tail -2
+    for w in $new; do touch "/tmp/site/.got.${w##*/}"; done; echo "installed: $(echo $new | wc -w) wheels"; }
+fi
 # the stage's compile caches, for the benchmarks too (a JIT extension built once per machine)
 eval "$(python3 -c 'import sys; from decodegap.measure.setup import environment_variables as e
 for k, v in e(sys.argv[1]).items(): print(f"export {k}={v}")' $CACHE)"
-if [ ! -d /tmp/dg/results/raw ]; then mkdir -p /tmp/dg/results/environment /tmp/dg/logs && cp -r results/raw /tmp/dg/results/; fi
-sleep 1; touch /tmp/marker.$START
+if [ ! -d /tmp/dg/results/raw ]; then
+  mkdir -p /tmp/dg/results/environment /tmp/dg/logs && cp -r results/raw /tmp/dg/results/
+  sleep 1; touch /tmp/dg/.packed
+fi
 pack() {
-  cd /tmp/dg && { find results -name 's*.json' -newer /tmp/marker.$START; ls results/environment/*.json 2>/dev/null; } | tar czf $OUT/sessions.tar.gz -T -
-  find logs -newer /tmp/marker.$START -type f | tar czf $OUT/logs.tar.gz -T - 2>/dev/null
-  echo "packed $(tar tzf $OUT/sessions.tar.gz | wc -l) files at +$(( $(date +%s) - START )) s"
+  # each session once: finished after the last pack and before this one
+  touch /tmp/dg/.packing
+  cd /tmp/dg && { find results -name 's*.json' -newer .packed ! -newer .packing; ls results/environment/*.json 2>/dev/null; } | tar czf $OUT/sessions.tar.gz -T -
+  find logs -newer .packed ! -newer .packing -type f | tar czf $OUT/logs.tar.gz -T - 2>/dev/null
+  mv .packing .packed
+  echo "packed $(tar tzf $OUT/sessions.tar.gz | grep -c 'raw/') sessions at +$(( $(date +%s) - START )) s"
 }
-trap pack EXIT
+[ -n "${DG_DAEMON:-}" ] || trap pack EXIT
 ENV=/tmp/dg/results/environment/$GPU.json
 stage() {
   [ -f $ENV ] && { echo "stage: record exists"; return; }
@@ -43,6 +70,19 @@ stage() {
   python3 -m decodegap.measure.setup --gpu $GPU --cache-dir $CACHE --attn ${ATTN_PATHS:-sdpa sdpa-flash sdpa-cudnn sdpa-efficient sdpa-math flex fa2 fa3 flashinfer fa4} \
     --quant ${QUANT_PATHS:-bf16 bnb-nf4 awq-marlin gptq-exllamav2 int4-tinygemm gemlite} --layouts 28/4/128 32/8/128 --out $ENV \
     > /tmp/dg/logs/stage.log 2>&1; rc=$?; echo "stage rc $rc in $(( $(date +%s) - t )) s"
-  grep -E "cannot run|error" /tmp/dg/logs/stage.log | cut -c1-220; [ -f $ENV ] || exit 3
+  grep -E "cannot run|error|checking|wrote" /tmp/dg/logs/stage.log | cut -c1-220; [ -f $ENV ] || exit 3
 }
 B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
+daemon() {
+  [ -f /tmp/dg/daemon.pid ] && kill -0 "$(cat /tmp/dg/daemon.pid)" 2>/dev/null && { echo "daemon: already running"; return; }
+  DG_DAEMON=1 DG_END=$(( START + $2 )) SHA=$SHA GPU=$GPU TAILN=${TAILN:-4} setsid bash -c ". envs/lent_gpu.sh; END=\$DG_END; $1; echo daemon done" \
+    > /tmp/dg/daemon.log 2>&1 < /dev/null &
+  echo $! > /tmp/dg/daemon.pid; echo "daemon: pid $(cat /tmp/dg/daemon.pid), deadline +$2 s"
+}
+collect() {
+  [ -f /tmp/dg/daemon.pid ] || { echo "collect: no daemon on this machine (a fresh one): nothing to wait for"; return; }
+  local pid; pid=$(cat /tmp/dg/daemon.pid)
+  while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - START )) -lt "$1" ]; do sleep 5; done
+  kill -0 "$pid" 2>/dev/null && echo "collect: daemon still running" || echo "collect: daemon finished"
+  tail -${TAILN:-4} /tmp/dg/daemon.log
+}

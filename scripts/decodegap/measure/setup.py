@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,8 +50,12 @@ CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "t
 FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",), "layer-op": ("dynamic",), "layer-graphed": ("dynamic",)}
 
 
+_T0 = time.monotonic()
+
+
 def log(msg: str) -> None:
-    print(f"[environment] {msg}", file=sys.stderr, flush=True)
+    # seconds since the stage began: which path's check or build takes the device time
+    print(f"[environment +{time.monotonic() - _T0:.0f} s] {msg}", file=sys.stderr, flush=True)
 
 
 def environment_variables(cache_dir: str | Path) -> dict[str, str]:
