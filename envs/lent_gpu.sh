@@ -11,9 +11,9 @@
 #   /tmp/site (PYTHONPATH), each once per machine, so two calls can carry a set too large for one
 #   (only while the machine stays warm: it goes back about 30 s after a call returns, and a fresh
 #   one stages again, about 200-270 s on the H200 with ExLlamaV2's and Marlin's builds);
-# - results/raw/ is copied to /tmp/dg once per machine, so the batch skips every session recorded
-#   there or earlier on this machine; pack() sends each finished session once, in the first call
-#   that ends after it;
+# - every call adds the tree's results/raw/ to /tmp/dg, so the batch skips every session recorded
+#   there or earlier on this machine; pack() sends each finished session that the tree lacks once,
+#   in the first call that ends after it;
 # - `stage` writes the environment record (the attention paths ATTN_PATHS, the weight paths
 #   QUANT_PATHS, the cards' head layouts) unless this machine has one; `B ...` runs
 #   `python -m decodegap.measure.batch` with the shared deadline and the record.
@@ -51,13 +51,17 @@ fi
 eval "$(python3 -c 'import sys; from decodegap.measure.setup import environment_variables as e
 for k, v in e(sys.argv[1]).items(): print(f"export {k}={v}")' $CACHE)"
 if [ ! -d /tmp/dg/results/raw ]; then
-  mkdir -p /tmp/dg/results/environment /tmp/dg/logs && cp -r results/raw /tmp/dg/results/
-  sleep 1; touch /tmp/dg/.packed
+  mkdir -p /tmp/dg/results/environment /tmp/dg/logs /tmp/dg/results/raw
+  touch /tmp/dg/.packed
 fi
+# every call adds what its tree holds (a session ingested since this machine's first call, too), so
+# the batch skips it; pack() leaves out whatever the tree holds
+[ -n "${DG_DAEMON:-}" ] || cp -r -n "$TREE"/results/raw/. /tmp/dg/results/raw/
 pack() {
   # each session once: finished after the last pack and before this one
   touch /tmp/dg/.packing
-  cd /tmp/dg && { find results -name 's*.json' -newer .packed ! -newer .packing; ls results/environment/*.json 2>/dev/null; } | tar czf $OUT/sessions.tar.gz -T -
+  cd /tmp/dg && { find results -name 's*.json' -newer .packed ! -newer .packing | while read -r f; do [ -e "$TREE/$f" ] || echo "$f"; done
+    ls results/environment/*.json 2>/dev/null; } | tar czf $OUT/sessions.tar.gz -T -
   find logs -newer .packed ! -newer .packing -type f | tar czf $OUT/logs.tar.gz -T - 2>/dev/null
   mv .packing .packed
   echo "packed $(tar tzf $OUT/sessions.tar.gz | grep -c 'raw/') sessions at +$(( $(date +%s) - START )) s"
