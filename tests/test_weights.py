@@ -102,6 +102,23 @@ def test_a_packed_path_multiplies_by_the_weights_it_stores(name):
         assert PATHS[name].check("cpu") is None
 
 
+def test_the_packed_check_tolerates_bf16_accumulation_but_not_a_wrong_layout():
+    """The H200 case: gemlite's bf16 split-K sums erred by 0.11 at an output RMS of 1 on one machine,
+    a right kernel; a transposed layout, a lost scale or a zero output errs by the output's size."""
+    from decodegap.measure.weights import gemv_disagrees
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(1, 4096, generator=g), torch.randn(1024, 4096, generator=g) / 64
+    reference = x @ w.T  # RMS about 1
+    bf16_sums = reference + 0.11 * torch.sign(torch.randn(reference.shape, generator=g))
+    assert gemv_disagrees(bf16_sums, reference) is None
+    wrong_layout = x @ w.reshape(4096, 1024)  # the stored buffer read in the other order
+    for wrong in (wrong_layout, torch.zeros_like(reference), 2 * reference):
+        why = gemv_disagrees(wrong, reference)
+        assert why is not None and why.startswith("wrong result: max abs error") and "RMS" in why
+    assert gemv_disagrees(reference.clone().fill_(float("nan")), reference) == "wrong result: the output has non-finite values"
+
+
 def test_a_missing_package_is_the_reason_a_path_cannot_run(monkeypatch):
     real = importlib.import_module
 

@@ -19,6 +19,30 @@ class StoredWeights:
     param_count: int  # parameters of the dense model, as built
 
 
+# The packed check's tolerance, as a fraction of the reference output's RMS. A wrong layout, a
+# wrong zero point or a dropped scale errs by the output's own size (a fraction near 1); a right
+# kernel that accumulates split-K partial sums in bf16 errs by about 0.1 of it, and by how much
+# depends on the configuration its autotuner picks on a given machine (gemlite failed a fixed 0.1
+# absolute bound on one H200 and passed it on four others).
+RELATIVE_TOLERANCE = 0.25
+
+
+def gemv_disagrees(got, reference) -> str | None:
+    """None when a kernel's GEMV output agrees with the float32 reference, else why not."""
+    import torch
+
+    if not bool(torch.isfinite(got).all()):
+        return "wrong result: the output has non-finite values"
+    rms = float(reference.pow(2).mean().sqrt())
+    err = float((got - reference).abs().max())
+    if err > RELATIVE_TOLERANCE * rms:
+        return (
+            f"wrong result: max abs error {err:.3g} against float32, over {RELATIVE_TOLERANCE} of the "
+            f"output's RMS {rms:.3g}"
+        )
+    return None
+
+
 class Bf16Weights:
     name = "bf16"
     package = "torch"  # the distribution that ships the kernel (the environment record names its version)
@@ -211,10 +235,9 @@ class PackedWeights:
         with torch.no_grad():
             got = mod(x.to(device, dtype)).detach().float().cpu()
             reference = x @ self.dense(mod, lin).float().cpu().T
-        err = float((got - reference).abs().max())
-        tol = 0.1
-        if not (torch.isfinite(got).all() and err <= tol):
-            return f"wrong result: max abs error {err:.3g} against float32 (tolerance {tol})"
+        why = gemv_disagrees(got, reference)
+        if why:
+            return why
         stored, expected = module_bytes(mod), self.bytes_per_layer(1024, 4096)
         if stored != expected:  # W would be wrong: the format is not what this path says it stores
             return f"stores {stored} bytes for a 1024 x 4096 layer, not the {expected} its format gives"
