@@ -12,9 +12,9 @@ FAST = ["--warmup-steps", "2", "--timed-steps", "40", "--min-samples", "20", "--
         "--ab-blocks", "4", "--ab-block-steps", "6", "--max-rel-stdev", "100"]  # CPU timing noise is not under test here
 
 
-def measure_cmd(root, *, gpu="cpu", model="tiny-llama", ctx=32, mode="eager", session=0, attn="sdpa", extra=FAST):
+def measure_cmd(root, *, gpu="cpu", model="tiny-llama", ctx=32, mode="eager", session=0, attn="sdpa", quant="bf16", extra=FAST):
     return [sys.executable, "-m", "decodegap.measure", "--root", str(root), "--gpu", gpu, "--model", model,
-            "--ctx", str(ctx), "--attn", attn, "--quant", "bf16", "--mode", mode, "--session", str(session), *extra]
+            "--ctx", str(ctx), "--attn", attn, "--quant", quant, "--mode", mode, "--session", str(session), *extra]
 
 
 def run_measure(root, **kw):
@@ -31,7 +31,7 @@ def measure_main():
         argv = measure_cmd(root, **kw)[3:]
         rc = measure.main(argv)
         cell = {k: kw.get(k, d) for k, d in (("gpu", "cpu"), ("model", "tiny-llama"), ("ctx", 32), ("attn", "sdpa"), ("mode", "eager"), ("session", 0))}
-        path = paths.session_path(quant="bf16", root=root, **cell)
+        path = paths.session_path(quant=kw.get("quant", "bf16"), root=root, **cell)
         return rc, (json.loads(path.read_text()) if path.exists() else None), path
 
     return call

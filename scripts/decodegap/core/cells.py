@@ -67,7 +67,9 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
 
 FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention", "quantization")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
-MODE_NAMES = ("eager", "static", "graphed")
+MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused")
+PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
+GRAPH_REPLAYED = ("graphed", "compiled", "fused")  # one graph launch per step: time does not follow the host
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 # The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
 # decode-shaped attention call per layer of the card, op by op and replayed from a graph, as two

@@ -11,6 +11,13 @@ Every mode has the same small interface, so the harness times them all alike:
 eager    transformers' DynamicCache, one host launch per op: what `generate` does by default.
 static   StaticCache, still one host launch per op: separates the cache's cost from the graph's.
 graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
+compiled StaticCache, the step under torch.compile (Inductor fuses the small ops), captured as one
+         CUDA graph; the compile's seconds are recorded (`compile_s`), never timed as steps.
+fused    our own compact step (decodegap.measure.fused) on the same weights, compiled and captured
+         as one CUDA graph; its logits are checked against the model's on the device first.
+
+Where CUDA has no graphs (the CPU), compiled and fused run their compiled step op by op, so the
+tests can check what they compute.
 """
 
 from __future__ import annotations
@@ -145,9 +152,114 @@ class GraphedDecoder(StaticDecoder):
         self.graph.replay()
 
 
-MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecoder}
+def compile_step(fn):
+    """`fn` under torch.compile, one whole graph of fixed shapes (a break or a recompile would put host
+    work back into the step); an Inductor that cannot trace it makes the cell impossible, with why."""
+    import torch
+
+    return torch.compile(fn, fullgraph=True, dynamic=False)
+
+
+class _CompiledCapture:
+    """Compile a step function, run it once to compile (timed as `compile_s`), then capture it as
+    one CUDA graph (on CUDA) after warm-up steps; prepare() returns every real step it took."""
+
+    capture_warmup_steps = 2
+
+    def _compile_and_capture(self, step) -> int:
+        import time
+
+        import torch
+
+        t = time.perf_counter()
+        try:
+            step()  # the first call traces and compiles
+        except Exception as exc:  # noqa: BLE001 - Dynamo's and Inductor's errors: the cell is not possible
+            if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+                raise CellNotPossible(f"torch.compile cannot compile the {self.mode} step: {type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+            raise
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+        self.compile_s = time.perf_counter() - t
+        if self.device_type != "cuda":
+            return 1
+        self.graph = capture_graph(step, self.capture_warmup_steps)
+        return 1 + self.capture_warmup_steps
+
+    def launch(self) -> None:
+        if self.graph is None:
+            self._compiled()
+        else:
+            self.graph.replay()
+
+
+class CompiledDecoder(_CompiledCapture, StaticDecoder):
+    mode = "compiled"
+
+    def __init__(self, model, max_cache_len: int):
+        super().__init__(model, max_cache_len)
+        self.device_type = model.device.type
+        self.graph, self.compile_s = None, None
+        self._compiled = compile_step(self._step)
+
+    def prepare(self) -> int:
+        return self._compile_and_capture(self._compiled)
+
+
+class FusedDecoder(_CompiledCapture):
+    """The fused step (decodegap.measure.fused.FusedModel, built from the dense model before the
+    weight path packed it) with the same buffers as the static modes: token and position on the
+    device, advanced in place by each step."""
+
+    mode = "fused"
+
+    def __init__(self, model, max_cache_len: int, net=None):
+        import torch
+
+        from decodegap.measure.fused import logit_check
+
+        if net is None:
+            raise ValueError("mode fused needs the fused model (decodegap.measure.fused.FusedModel) of this model")
+        self.net, self.device_type = net, net.device.type
+        self.graph, self.compile_s = None, None
+        # before the session's prefill: the check's few cache slots are rewritten by it
+        self.logit_check = logit_check(model, net)
+        if not self.logit_check["agrees"]:
+            raise CellNotPossible(f"the fused step's logits differ from the model's: relative L2 {self.logit_check['rel_l2_max']:.3g} "
+                                  f"(tolerance {self.logit_check['rel_tolerance']})")
+        self.token = torch.zeros((1,), dtype=torch.long, device=net.device)
+        self.position = torch.zeros((1,), dtype=torch.long, device=net.device)
+        self._compiled = compile_step(self._step)
+
+    def prefill(self, input_ids) -> None:
+        import torch
+
+        ctx = input_ids.shape[1]
+        if ctx >= self.net.max_cache_len:
+            raise ValueError(f"prefill of {ctx} tokens does not fit a static cache of {self.net.max_cache_len}")
+        logits = self.net.forward(input_ids[0], torch.arange(ctx, device=input_ids.device))
+        self.token.copy_(logits.argmax(-1))
+        self.position.fill_(ctx)
+
+    def _step(self) -> None:
+        logits = self.net.decode(self.token, self.position)
+        self.token.copy_(logits.argmax(-1))
+        self.position.add_(1)
+
+    def prepare(self) -> int:
+        return self._compile_and_capture(self._compiled)
+
+    def read_token(self) -> int:
+        return int(self.token.item())
+
+
+MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecoder, "compiled": CompiledDecoder,
+         "fused": FusedDecoder}
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 
-def make_decoder(mode: str, model, max_cache_len: int):
+def make_decoder(mode: str, model, max_cache_len: int, fused_net=None):
+    if mode == "fused":
+        return FusedDecoder(model, max_cache_len, fused_net)
     return MODES[mode](model, max_cache_len)

@@ -126,6 +126,11 @@ class Session:
         self.phases_s[name] = self.phases_s.get(name, 0.0) + dt
         return dt
 
+    def _max_cache_len(self, arm_modes: list[str]) -> int:
+        p = self.protocol
+        timed_per_arm = p.timed_steps if len(arm_modes) == 1 else p.ab_blocks * p.ab_block_steps
+        return self.args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
+
     def run(self, arm_modes: list[str], attn, weights) -> None:
         import torch
 
@@ -153,7 +158,12 @@ class Session:
         if layer:
             model, stored = None, StoredWeights(0, 0, 0)
         else:
-            model = weights.prepare(build_model(self.card, self.device, attn.attn_implementation, seed))
+            model = build_model(self.card, self.device, attn.attn_implementation, seed)
+            if "fused" in arm_modes:  # from the dense weights, before the path packs them (it packs the joined ones itself)
+                from decodegap.measure.fused import FusedModel
+
+                fused_net = FusedModel(model, weights, self._max_cache_len(arm_modes))
+            model = weights.prepare(model)
             if self.device == "cuda":
                 torch.cuda.synchronize()
             stored = weights.stored(model)
@@ -176,7 +186,7 @@ class Session:
         single = len(arm_modes) == 1
         block_steps = p.layer_block_steps if layer else p.ab_block_steps
         timed_per_arm = p.timed_steps if single else p.ab_blocks * block_steps
-        max_cache_len = args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
+        max_cache_len = self._max_cache_len(arm_modes)
 
         decoders, timers, warm = {}, {}, {}
         with torch.inference_mode(), attn.context():
@@ -186,14 +196,15 @@ class Session:
                     dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
                     dec = make_layer_decoder(mode, self.card, attn, args.ctx, self.device, dtype, seed)
                 else:
-                    dec = make_decoder(mode, model, max_cache_len)
+                    dec = make_decoder(mode, model, max_cache_len, fused_net if mode == "fused" else None)
                 _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
                 self._phase("prefill", t)
                 log(f"prefill [{mode}]: " + ("first call (compiles what compiles)" if layer else f"{args.ctx} tokens") + f" in {host_ms:.1f} ms")
                 t = time.perf_counter()
                 prepare_steps = dec.prepare()
                 if prepare_steps:
-                    log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s")
+                    log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s"
+                        + (f" (compile {dec.compile_s:.1f} s)" if getattr(dec, "compile_s", None) is not None else ""))
                 decoders[mode] = dec
                 if not layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
                     timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
@@ -203,6 +214,12 @@ class Session:
                 )
                 if layer:
                     self.arms[-1]["layers_per_step"] = dec.layers
+                if getattr(dec, "compile_s", None) is not None:  # compiled, fused: the compile, outside every sample
+                    self.arms[-1]["compile_s"] = dec.compile_s
+                if getattr(dec, "logit_check", None) is not None:
+                    self.arms[-1]["logit_check"] = dec.logit_check
+                    log(f"logit check [{mode}]: relative L2 {dec.logit_check['rel_l2_max']:.2e} against the model, "
+                        f"top-1 {dec.logit_check['top1_agree']}/{dec.logit_check['compared']}")
 
             gc.collect()
             gc.disable()  # a collection inside the loop would be timed as a slow step

@@ -1,0 +1,210 @@
+"""The fused mode's model: our own compact batch-1 decode step for the GQA cards (Llama, Mistral, Qwen2).
+
+The transformers step launches about 1,500 kernels; most of its time, even graphed, is kernels too
+small to stream memory well and the gaps between them. This step is written for one token:
+
+- per layer, the q/k/v projections are one matrix and gate/up another (one GEMV each instead of
+  three and two), stored by the session's weight path (bf16, or packed into a 4-bit format by the
+  same `pack` the weight-path cells use, so W is unchanged);
+- the KV cache is one static tensor, written in place at a position held on the device;
+- decode attention is two small matmuls against the cache with a length mask, no framework code;
+- `torch.compile` (Inductor) fuses RMSNorm, RoPE, the KV append, SiLU x up and the residual adds
+  into a few kernels, and the mode (decodegap.measure.modes.FusedDecoder) captures the compiled
+  step as one CUDA graph.
+
+It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
+the same logits: `logit_check` compares them on the device, `tests/test_fused.py` at float32 on the
+tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin cast to
+the activations' dtype), so that in bf16 the two differ only in summation order.
+"""
+
+from __future__ import annotations
+
+from decodegap.core.errors import CellNotPossible
+
+MODEL_TYPES = ("llama", "mistral", "qwen2")  # GQA decoders with RMSNorm, RoPE and a gated SiLU MLP
+# Weight paths whose kernel torch.compile traces without a graph break (an aten op): the others call
+# into an extension or a Triton autotuner that Dynamo cannot follow into one graph.
+COMPOSES_WITH_COMPILE = ("bf16", "int4-tinygemm")
+# The device check: relative L2 distance of the fused logits from the transformers model's, bf16
+# (summation order alone moves bf16 logits by about 1e-2 of their norm; a wrong RoPE, mask or
+# weight order moves them by their whole size).
+LOGIT_CHECK_REL_TOL = 0.1
+
+
+def composes(weights_name: str, model_type: str) -> str | None:
+    """None when the fused step can run this card with this weight path, else why not."""
+    if model_type not in MODEL_TYPES:
+        return f"the fused step covers model types {', '.join(MODEL_TYPES)}, not {model_type}"
+    if weights_name not in COMPOSES_WITH_COMPILE:
+        return (f"weight path {weights_name} does not compose with a compiled step (its kernel is not one graph for "
+                f"torch.compile); the fused and compiled modes take {', '.join(COMPOSES_WITH_COMPILE)}")
+    return None
+
+
+class _Dense:
+    """A bf16 linear layer as one matrix (and bias): F.linear, cuBLAS's GEMV at batch 1."""
+
+    def __init__(self, weight, bias):
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x):
+        import torch.nn.functional as F
+
+        return F.linear(x, self.weight, self.bias)
+
+
+class _Layer:
+    pass
+
+
+class FusedModel:
+    """A transformers GQA decoder's weights rearranged for batch-1 decode, and its static KV cache.
+
+    Built from the dense (bf16) model, before the session's weight path packs it: the concatenated
+    layers are packed here by the same path."""
+
+    def __init__(self, model, weights, max_cache_len: int):
+        import torch
+
+        cfg = model.config
+        why = composes(weights.name, cfg.model_type)
+        if why:
+            raise CellNotPossible(why)
+        self.hidden = cfg.hidden_size
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.group = self.n_heads // self.n_kv
+        self.eps = cfg.rms_norm_eps
+        self.max_cache_len = max_cache_len
+        self.scale = self.head_dim**-0.5
+        inner = model.model
+        self.embed = inner.embed_tokens.weight  # shared with the model: no copy
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        rotary = inner.rotary_emb  # its inv_freq carries the card's RoPE scaling (Llama-3.1's llama3 type)
+        self.inv_freq = rotary.inv_freq.detach().float()
+        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.final_norm = inner.norm.weight
+        self.lm_head = model.lm_head.weight  # tied or not, the matrix the output projection reads
+        pack = getattr(weights, "pack", None)
+
+        def joined(linears):
+            w = torch.cat([m.weight.detach() for m in linears])
+            has_bias = [m.bias is not None for m in linears]
+            b = torch.cat([m.bias.detach() for m in linears]) if all(has_bias) else None
+            if any(has_bias) and b is None:
+                raise CellNotPossible("the fused step joins q/k/v only when all or none of them have a bias")
+            if pack is None:
+                return _Dense(w, b)
+            lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=b is not None, device=w.device, dtype=w.dtype)
+            with torch.no_grad():
+                lin.weight.copy_(w)
+                if b is not None:
+                    lin.bias.copy_(b)
+            return pack(lin)
+
+        self.layers = []
+        for block in inner.layers:
+            a, m = block.self_attn, block.mlp
+            layer = _Layer()
+            layer.in_norm, layer.post_norm = block.input_layernorm.weight, block.post_attention_layernorm.weight
+            layer.qkv = joined([a.q_proj, a.k_proj, a.v_proj])
+            layer.o = joined([a.o_proj])
+            layer.gate_up = joined([m.gate_proj, m.up_proj])
+            layer.down = joined([m.down_proj])
+            self.layers.append(layer)
+        self.intermediate = block.mlp.gate_proj.out_features
+        # one tensor for every layer's K and V: (layers, 2, kv heads, positions, head_dim)
+        self.cache = torch.zeros((len(self.layers), 2, self.n_kv, max_cache_len, self.head_dim), dtype=self.dtype, device=self.device)
+        self.slots = torch.arange(max_cache_len, device=self.device)
+
+    def _rms(self, x, w):
+        import torch
+
+        x32 = x.float()
+        return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    def _rope(self, positions):
+        import torch
+
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.rope_scale).to(self.dtype)[:, None, :], (emb.sin() * self.rope_scale).to(self.dtype)[:, None, :]
+
+    @staticmethod
+    def _rotate(x, cos, sin):
+        import torch
+
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def forward(self, tokens, positions):
+        """Logits (1, vocab) of the last of `tokens` (T,), at `positions` (T,) on the device.
+
+        T == 1 is the decode step (attention over the cache up to its position); T > 1 is a prefill
+        from position 0 (causal attention over the T tokens), which fills the cache."""
+        import torch
+        import torch.nn.functional as F
+
+        n = tokens.shape[0]
+        hq, hkv, d = self.n_heads, self.n_kv, self.head_dim
+        x = F.embedding(tokens, self.embed)
+        cos, sin = self._rope(positions)
+        for i, layer in enumerate(self.layers):
+            h = self._rms(x, layer.in_norm)
+            q, k, v = layer.qkv(h).split([hq * d, hkv * d, hkv * d], dim=-1)
+            q = self._rotate(q.view(n, hq, d), cos, sin)
+            k = self._rotate(k.view(n, hkv, d), cos, sin)
+            kc, vc = self.cache[i, 0], self.cache[i, 1]
+            kc.index_copy_(1, positions, k.transpose(0, 1))
+            vc.index_copy_(1, positions, v.view(n, hkv, d).transpose(0, 1))
+            if n == 1:  # one query per head against the cache, the group's heads sharing one K/V
+                s = torch.matmul(q.view(hkv, self.group, d), kc.transpose(1, 2)).float() * self.scale
+                s = s.masked_fill(self.slots > positions, float("-inf"))
+                o = torch.matmul(torch.softmax(s, dim=-1).to(self.dtype), vc).reshape(1, hq * d)
+            else:
+                kk = kc[:, :n].repeat_interleave(self.group, dim=0)
+                vv = vc[:, :n].repeat_interleave(self.group, dim=0)
+                o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kk[None], vv[None], is_causal=True, scale=self.scale)
+                o = o[0].transpose(0, 1).reshape(n, hq * d)
+            x = x + layer.o(o)
+            h = self._rms(x, layer.post_norm)
+            gate, up = layer.gate_up(h).split([self.intermediate, self.intermediate], dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        return F.linear(self._rms(x[-1:], self.final_norm), self.lm_head)
+
+    def decode(self, token, position):
+        """One decode step: token (1,) and position (1,) on the device -> logits (1, vocab)."""
+        return self.forward(token, position)
+
+
+def logit_check(model, net: FusedModel, prompt_tokens: int = 32, steps: int = 3, seed: int = 0) -> dict:
+    """The fused step's logits against the transformers model's on the same weights: a short prompt,
+    then `steps` decode steps fed the transformers model's own argmax. Relative L2 distance and the
+    largest absolute difference over all steps; `agrees` judges it against LOGIT_CHECK_REL_TOL.
+
+    Uses (and overwrites) the first prompt_tokens + steps slots of the net's cache: a session's
+    prefill rewrites them."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    vocab = net.embed.shape[0]
+    seq = torch.randint(0, vocab, (1, prompt_tokens), generator=g).to(net.device)
+    rel, worst, top1 = [], 0.0, 0
+    with torch.inference_mode():
+        for step in range(steps + 1):
+            ref = model(input_ids=seq, use_cache=False).logits[0, -1].float()
+            n = seq.shape[1]
+            if step == 0:
+                got = net.forward(seq[0], torch.arange(n, device=net.device))[0].float()
+            else:
+                got = net.decode(seq[0, -1:], torch.tensor([n - 1], device=net.device))[0].float()
+            rel.append(float((got - ref).norm() / ref.norm()))
+            worst = max(worst, float((got - ref).abs().max()))
+            top1 += int(got.argmax() == ref.argmax())
+            seq = torch.cat([seq, ref.argmax().view(1, 1)], dim=1)
+    out = {"reference": "the transformers model, whole sequence without a cache", "dtype": str(net.dtype).removeprefix("torch."),
+           "prompt_tokens": prompt_tokens, "decode_steps": steps, "rel_l2_max": max(rel), "max_abs_diff": worst,
+           "top1_agree": top1, "compared": steps + 1, "rel_tolerance": LOGIT_CHECK_REL_TOL}
+    out["agrees"] = bool(max(rel) <= LOGIT_CHECK_REL_TOL)
+    return out

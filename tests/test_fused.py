@@ -1,0 +1,125 @@
+"""The modes beyond the paper on the CPU: the fused step computes the transformers model's logits
+(float32, tiny cards), the compiled and fused modes decode the same tokens as the static cache, a
+session records the compile time and the logit check, and the reasons when a path cannot compose."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from decodegap.core.config import load_models
+from decodegap.measure.cards import build_model
+from decodegap.measure.fused import FusedModel, composes, logit_check
+from decodegap.measure.modes import make_decoder
+from decodegap.measure.weights import get_weight_path
+
+# The fused step against the transformers model at float32: only summation order differs, measured
+# at 2e-7 of the logits' norm on the tiny cards; 1e-5 leaves room for other CPUs' BLAS.
+FP32_REL_TOL = 1e-5
+
+
+def _tiny(key="tiny-llama", **changes):
+    card = load_models()[key]
+    if changes:
+        model_type = changes.pop("model_type", card.model_type)
+        card = dataclasses.replace(card, model_type=model_type, architecture={**card.architecture, **changes})
+    return card
+
+
+CARDS = {
+    "tiny-llama": _tiny(),
+    "tiny-qwen": _tiny("tiny-qwen"),  # q/k/v biases, tied embeddings
+    "tiny-mistral": _tiny(model_type="mistral"),
+    # Llama-3.1's RoPE: inv_freq rescaled by the llama3 rule, which the fused step takes from the model
+    "tiny-llama3-rope": _tiny(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+}
+
+
+def _model(card, seed=0):
+    return build_model(card, "cpu", "sdpa", seed).float()
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_the_fused_step_gives_the_models_logits_at_float32(name):
+    model = _model(CARDS[name])
+    check = logit_check(model, FusedModel(model, get_weight_path("bf16"), 64), prompt_tokens=24, steps=4)
+    assert check["rel_l2_max"] <= FP32_REL_TOL, check
+    assert check["top1_agree"] == check["compared"] == 5 and check["agrees"]
+
+
+def test_the_logit_check_catches_a_wrong_step():
+    """k and v swapped in the joined projection: the kind of slip the device check is there for."""
+    model = _model(CARDS["tiny-llama"])
+    net = FusedModel(model, get_weight_path("bf16"), 64)
+    qkv = net.layers[0].qkv.weight
+    d = net.n_kv * net.head_dim
+    q_rows = net.n_heads * net.head_dim
+    qkv.copy_(torch.cat([qkv[:q_rows], qkv[q_rows + d:], qkv[q_rows:q_rows + d]]))
+    check = logit_check(model, net)
+    assert not check["agrees"] and check["rel_l2_max"] > check["rel_tolerance"]
+
+
+def test_the_fused_step_packs_its_joined_layers_with_the_weight_path():
+    """int4-tinygemm: the joined q/k/v and gate/up are packed by the path's own `pack`, and the step
+    matches the packed transformers model (the same 4-bit values, group by group along each row)."""
+    card = CARDS["tiny-llama"]
+    path = get_weight_path("int4-tinygemm")
+    arch = card.architecture
+    tiny = dataclasses.replace(card, architecture={**arch, "hidden_size": 256, "intermediate_size": 256, "head_dim": 64})
+    dense = _model(tiny)
+    net = FusedModel(dense, path, 64)
+    packed = path.prepare(dense)
+    assert type(net.layers[0].qkv).__name__ == type(packed.model.layers[0].self_attn.q_proj).__name__
+    assert net.layers[0].qkv.out_features == (4 + 2 * 2) * 64 and net.layers[0].gate_up.out_features == 2 * 256
+    check = logit_check(packed, net)
+    assert check["rel_l2_max"] < 1e-2, check  # both run the bf16-input int4 kernel; only summation order differs
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen"])
+def test_compiled_and_fused_decode_the_static_caches_tokens(name):
+    card = CARDS[name]
+    model = _model(card)
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(1))
+    tokens = {}
+    for mode in ("static", "compiled", "fused"):
+        net = FusedModel(model, get_weight_path("bf16"), 48) if mode == "fused" else None
+        dec = make_decoder(mode, model, 48, net)
+        dec.prefill(prompt)
+        steps = dec.prepare()
+        assert steps == (0 if mode == "static" else 1)  # on the CPU the compiling call is the one real step
+        out = [dec.read_token()]
+        for _ in range(6 - steps):
+            dec.launch()
+            out.append(dec.read_token())
+        tokens[mode] = out
+        if mode != "static":
+            assert dec.compile_s > 0 and dec.graph is None  # no CUDA graphs here: the compiled step op by op
+            assert int(dec.position.item()) == 20 + 6
+    assert tokens["compiled"] == tokens["static"][-len(tokens["compiled"]):]
+    assert tokens["fused"] == tokens["static"][-len(tokens["fused"]):]
+
+
+def test_a_path_that_does_not_compose_is_a_reason():
+    assert composes("bf16", "qwen2") is None and composes("int4-tinygemm", "llama") is None
+    why = composes("gemlite", "llama")
+    assert why.startswith("weight path gemlite does not compose with a compiled step") and "int4-tinygemm" in why
+    assert composes("bf16", "gemma") == "the fused step covers model types llama, mistral, qwen2, not gemma"
+
+
+def test_a_fused_session_records_its_compile_time_and_logit_check(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, mode="ab-compiled-fused")
+    assert rc == 0 and rec["status"] == "valid", rec["reasons"]
+    compiled, fused = rec["arms"]
+    assert compiled["mode"] == "compiled" and fused["mode"] == "fused"
+    assert compiled["compile_s"] > 0 and fused["compile_s"] > 0 and compiled["prepare_steps"] == 1
+    assert fused["logit_check"]["agrees"] and fused["logit_check"]["rel_l2_max"] < 0.1  # the session's model is bf16
+    assert "logit_check" not in compiled
+    # same weights, same prompt: the two arms decode the same tokens
+    assert compiled["warmup"]["tokens"] + compiled["timed"]["tokens"] == fused["warmup"]["tokens"] + fused["timed"]["tokens"]
+
+
+def test_a_fused_session_with_a_path_that_cannot_compose_is_an_invalid_record(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, mode="fused", quant="bnb-nf4")
+    assert rc == 0 and rec["status"] == "invalid" and rec["error"]["kind"] == "not possible"
+    assert "bnb-nf4" in rec["error"]["message"]
