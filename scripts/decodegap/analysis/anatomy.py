@@ -25,6 +25,7 @@ inputs were not measured is None.
 from __future__ import annotations
 
 from decodegap.core.cells import MODE_NAMES as MODES
+from decodegap.core.cells import OP_BY_OP
 PARTS = ("floor_ms", "kernel_inefficiency_ms", "graph_gaps_ms", "launch_tax_ms", "cache_framework_ms")
 ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 
@@ -51,7 +52,9 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
     return out
 
 
-SCOPE_ORDER = {"eager": ("host_nominal", "completed"), "static": ("host_nominal", "completed"), "graphed": ("completed",)}
+# op-by-op steps follow the host's speed, so their nominal-host scope comes first; a graph-replayed
+# step (graphed, compiled, fused) does not, and takes every completed session
+SCOPE_ORDER = {m: ("host_nominal", "completed") if m in OP_BY_OP else ("completed",) for m in MODES}
 
 
 def _rank(est: dict) -> tuple:

@@ -80,7 +80,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from decodegap.analysis.anatomy import ATTENTION_OPS
-from decodegap.core.cells import MODE_NAMES as MODES
+from decodegap.core.cells import PAPER_MODES as MODES  # the fit's terms are the transformers step's: compiled and fused run other kernels
 from decodegap.core.cells import OP_BY_OP
 
 SCOPE_ORDER = {"eager": ("host_nominal", "completed"), "static": ("host_nominal", "completed"),
