@@ -74,6 +74,7 @@ def small_config(**changes):
                      "quant": "bf16", "mode": "ab-eager-graphed", "sessions": 3}]
     config["attention"]["gpus"] = []  # the attention experiment: tests that want it name its GPUs
     config["quantization"]["gpus"] = []  # the weight-path experiment: likewise
+    config["floor"]["gpus"] = []  # the floor experiment (compiled, fused): likewise
     config["stats"]["n_resamples"] = 200
     config = copy.deepcopy(config)
     for key, value in changes.items():

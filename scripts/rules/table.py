@@ -15,6 +15,8 @@ def body():
         tables.attention_step_table(snakemake.input.stats, p.cells, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "quantization":
         tables.quantization_table(snakemake.input.stats, p.cells, load_reference(snakemake.input.reference), p.gpus, p.models, out.tex, out.numbers)
+    elif p.name == "floor":
+        tables.floor_table(snakemake.input.stats, p.cells, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "anatomy":
         tables.anatomy_table(snakemake.input.stats, p.gpus, p.models, out.tex, out.numbers)
     elif p.name == "host":

@@ -103,7 +103,7 @@ rule figure_host:
 rule figure_anatomy:
     input:
         code=ANALYSIS_CODE,
-        stats=PLAN.matrix_stats() + PLAN.ab_stats(),
+        stats=PLAN.matrix_stats() + PLAN.ab_stats() + PLAN.floor_stats("bf16"),
     output:
         report(
             paths.figure("anatomy")[0],

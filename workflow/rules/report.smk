@@ -32,6 +32,7 @@ rule provenance:
                 + PLAN.ab_stats()
                 + PLAN.attention_stats()
                 + PLAN.quantization_stats()
+                + PLAN.floor_stats()
             )
         ),
     output:

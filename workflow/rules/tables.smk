@@ -339,3 +339,28 @@ rule table_quantization:
         models=MODEL_TABLE,
     script:
         "../../scripts/rules/table.py"
+
+
+rule table_floor:
+    input:
+        code=ANALYSIS_CODE,
+        stats=PLAN.floor_stats(),
+    output:
+        tex=report(
+            paths.table_tex("floor"),
+            caption="../report/floor_table.rst",
+            category="Tables",
+        ),
+        numbers=paths.table_numbers("floor"),
+    log:
+        paths.log("tables", "floor"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        name="floor",
+        cells=PLAN.floor_cells(),
+        gpus=GPU_TABLE,
+        models=MODEL_TABLE,
+    script:
+        "../../scripts/rules/table.py"

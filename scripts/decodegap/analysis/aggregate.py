@@ -62,6 +62,8 @@ SESSIONS_SCHEMA = pa.schema(
         # before 2026-11-30 or off the GPU
         pa.field("attention_kernels_json", pa.string()),
         pa.field("layers_per_step", pa.int32()),  # mode layer: attention calls per timed step
+        pa.field("compile_s", pa.float64()),  # modes compiled and fused: the compiling first call, outside the samples
+        pa.field("logit_rel_l2", pa.float64()),  # mode fused: its logits against the model's (relative L2, worst step)
         pa.field("param_count", pa.int64()),
         pa.field("weight_bytes", pa.int64()),
         pa.field("weight_bytes_no_embedding", pa.int64()),
@@ -169,7 +171,7 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
         if arm is None:
             sessions.append({**cell, "arm": None, "n_steps": 0, "median_host_ms": None, "median_device_ms": None, "median_host_cpu_ms": None,
                              "prefill_host_ms": None, **anatomy_columns(None), **common, "attention_kernels_json": None,
-                             "layers_per_step": None})
+                             "layers_per_step": None, "compile_s": None, "logit_rel_l2": None})
             continue
         timed = arm["timed"]
         host, device = timed["host_ms"], timed["device_ms"]
@@ -182,6 +184,8 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
                 "prefill_host_ms": arm["prefill"]["host_ms"], **anatomy_columns(arm.get("anatomy")), **common,
                 "attention_kernels_json": json.dumps(arm["attention_kernels"]) if "attention_kernels" in arm else None,
                 "layers_per_step": arm.get("layers_per_step"),
+                "compile_s": arm.get("compile_s"),
+                "logit_rel_l2": (arm.get("logit_check") or {}).get("rel_l2_max"),
             }
         )
         n = len(host)

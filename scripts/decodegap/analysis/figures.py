@@ -24,7 +24,8 @@ import seaborn as sns  # noqa: E402
 
 from decodegap.analysis.tables import SCOPE_LABEL, SCOPES, load_stats  # noqa: E402
 
-MODE_MARKERS = {"eager": "o", "static": "D", "graphed": "s"}
+MODE_MARKERS = {"eager": "o", "static": "D", "graphed": "s", "compiled": "^", "fused": "*"}
+BEYOND_LINES = {"compiled": "--", "fused": ":"}  # the anatomy's ticks for the steps beyond the paper
 
 # Tried in this order for a glyph the default sans-serif font (DejaVu Sans) lacks; only the ones
 # installed are used, so a machine without them draws what it can and warns about the rest.
@@ -100,11 +101,14 @@ def ladder(stats_files, reference: list[dict], gpus: dict, headline_model: str, 
     df = _best_scope(_measured_arms(load_stats(stats_files)))
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     if not df.empty:
-        df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & (df["mode"] == df["arm"])]
+        # a plain-mode cell's arm, and the compiled and fused arms of the floor experiment's A/B cells (bf16)
+        beyond = df["arm"].isin(list(BEYOND_LINES)) & (df["quant"] == "bf16")
+        df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & ((df["mode"] == df["arm"]) | beyond)]
+    colors = dict(zip(MODE_MARKERS, sns.color_palette(n_colors=len(MODE_MARKERS))))
     for _, r in df.iterrows():
         flagged = bool(r["no_ci"])
         ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], marker=MODE_MARKERS.get(r["arm"], "o"), s=45,
-                   color=sns.color_palette()[0 if r["arm"] == "eager" else 1], alpha=0.45 if flagged else 1.0,
+                   color=colors.get(r["arm"]), alpha=0.45 if flagged else 1.0,
                    label=literal(f"measured, {r['arm']}" + (" (one machine: no interval)" if flagged else "")))
     for f in reference:
         if f["quantity"] == "r_floor" and f.get("gpu") in gpus:
@@ -226,7 +230,8 @@ ANATOMY_PARTS = [("floor_ms", "floor (datasheet)"), ("kernel_inefficiency_ms", "
 
 def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
     """Stacked parts of the step (decodegap.analysis.anatomy), one panel per GPU, one bar per model
-    and context. A bar stops where a part was not measured; a tick marks the graphed step."""
+    and context. A bar stops where a part was not measured; a tick marks the graphed step, dashed and
+    dotted ticks the compiled and fused steps where measured."""
     from decodegap.analysis.anatomy import rows as anatomy_rows
 
     style()
@@ -246,6 +251,9 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
                 bottom += value
             if r["graphed_ms"] is not None:
                 ax.plot([i - 0.4, i + 0.4], [r["graphed_ms"]] * 2, color="black", lw=1, label="graphed step")
+            for mode, ls in BEYOND_LINES.items():  # how far below the graphed step each lever gets
+                if r.get(f"{mode}_ms") is not None:
+                    ax.plot([i - 0.4, i + 0.4], [r[f"{mode}_ms"]] * 2, color="black", lw=1.2, ls=ls, label=f"{mode} step")
         ax.set_xticks(range(len(mine)), [f"{literal(models[r['model']]['display_name'])}\nctx {r['ctx']}" for r in mine], fontsize=6, rotation=45, ha="right")
         ax.set_ylabel("ms per step")
         ax.set_title(literal(gpus[gpu]["display_name"]), fontsize=9)

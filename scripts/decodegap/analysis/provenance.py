@@ -128,6 +128,10 @@ def extract(stats: dict, entry: dict) -> float | None:
     }
     if q in per_arm and arm:
         return scope["arms"][arm][per_arm[q]]
+    if q in ("kernels_per_step", "gpu_busy_ms_per_step") and arm:  # the arm's profiler pass
+        return (scope["arms"][arm]["anatomy"] or {}).get(q)
+    if q == "compile_s" and arm:
+        return scope["arms"][arm]["compile_s"]
     if q.startswith("host_model:"):
         return scope["arms"][arm]["host_model"][q.split(":", 1)[1]]
     if q == "host_speedup_proportional":
@@ -200,6 +204,11 @@ def recompute(entry: dict) -> tuple[float | None, str]:
 
         fresh = {name: recompute_stats(i["stats_file"]) for name, i in entry["inputs"].items()}
         value = quant_numbers(fresh["quant"], fresh["bf16"], entry["arm"])[entry["quantity"].split(":", 1)[1]]
+    elif entry["quantity"] == "floor:over_bf16_graphed":
+        from decodegap.analysis.tables import over_bf16_graphed
+
+        fresh = {name: recompute_stats(i["stats_file"]) for name, i in entry["inputs"].items()}
+        value = over_bf16_graphed(fresh["cell"], entry["arm"], fresh["bf16"], entry["bf16_arm"])
     elif entry["quantity"].startswith("anatomy:"):
         from decodegap.analysis import anatomy
 

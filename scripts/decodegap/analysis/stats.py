@@ -450,6 +450,9 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         n = int(layers.iloc[0])
         out.update(layers_per_step=n, us_per_layer=out["median_ms"] * 1e3 / n,
                    us_per_layer_ci=[out["ci_low_ms"] * 1e3 / n, out["ci_high_ms"] * 1e3 / n] if out["ci_low_ms"] else None)
+    for column, name, pick in (("compile_s", "compile_s", "median"), ("logit_rel_l2", "logit_rel_l2_max", "max")):
+        values = arm_rows[column].dropna() if column in arm_rows else []  # compiled and fused arms only
+        out[name] = float(getattr(values, pick)()) if len(values) else None
     launches = (out["anatomy"] or {}).get("kernels_per_step")
     out["host_model"] = hostmodel.fit(sel, launches, col, cfg.n_resamples, cfg.confidence,
                                       np.random.default_rng([cfg.seed, 1])) if arm in OP_BY_OP else None  # its own stream

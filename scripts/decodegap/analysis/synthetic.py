@@ -35,7 +35,8 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
     protocol = Protocol(timed_steps=n_steps, ab_blocks=max(1, n_steps // 16), ab_block_steps=16, min_samples=min(n_steps, 64), min_duration_s=0.0)
     arms = []
     for i, mode in enumerate(arms_modes):
-        level = base_ms * (1.0 if mode in ("graphed", "layer-graphed") else 1.3) * (1 + 0.02 * rng.standard_normal())
+        factor = {"graphed": 1.0, "layer-graphed": 1.0, "compiled": 0.7, "fused": 0.6}.get(mode, 1.3)  # op by op: slower
+        level = base_ms * factor * (1 + 0.02 * rng.standard_normal())
         host = (level * (1 + spread * rng.standard_normal(n_steps))).clip(min=0.001)
         device = host * 0.99
         probe_ms = lambda n: (protocol.step_probe_iterations * 33e-6 * (1 + 0.02 * rng.random(n))).tolist()  # noqa: E731

@@ -804,3 +804,71 @@ def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict
                        "mode": mode, "rows": rows})
     tex = environment().get_template("quantization.tex.j2").render(groups=groups, notes=notes.notes)
     _write(tex, out_tex, log, out_numbers)
+
+
+BEYOND_ARMS = ("graphed", "compiled", "fused")  # the floor table's rows per weight path, the paper's best first
+
+
+def over_bf16_graphed(cell: dict, arm: str, bf16: dict, bf16_arm: str = "graphed") -> float:
+    """A mode's step against the bf16 graphed step of the same GPU, model and context: the ratio of
+    two medians (separate cells, or two arms of one; no paired interval across cells)."""
+    return bf16["completed"]["arms"][bf16_arm]["median_ms"] / cell["completed"]["arms"][arm]["median_ms"]
+
+
+def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
+    """Beyond the paper: how close to the memory floor the step gets. Per GPU, model and context,
+    per weight path: the graphed transformers step, the same step compiled, and decodegap's fused
+    step, each as an arm of an A/B session against graphed (ab-graphed-compiled, ab-graphed-fused):
+    ms/step, R_floor, kernels and GPU busy ms per step, compile seconds, the paired speedup over the
+    session's own graphed arm, and the speedup over the bf16 graphed step."""
+    stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
+    log = NumberLog("floor")
+    groups, notes, scope = [], _Notes(), "completed"
+    for gpu_key, model, ctx, attn in dict.fromkeys((c["gpu"], c["model"], c["ctx"], c["attn"]) for c in plan_cells):
+        cells = [c for c in plan_cells if (c["gpu"], c["model"], c["ctx"], c["attn"]) == (gpu_key, model, ctx, attn)]
+        by_arm = {}  # (quant, arm) -> (stats, cell id) of the cell with the most completed sessions of that arm
+        for c in cells:
+            s = stats.get(_cell_id(c))
+            for arm, a in (((s or {}).get(scope) or {}).get("arms") or {}).items():
+                have = by_arm.get((c["quant"], arm))
+                if a and (have is None or a["n_sessions"] > have[0][scope]["arms"][arm]["n_sessions"]):
+                    by_arm[(c["quant"], arm)] = (s, _cell_id(c))
+        base = by_arm.get(("bf16", "graphed"))
+        rows = []
+        for quant in dict.fromkeys(c["quant"] for c in cells):
+            for arm in BEYOND_ARMS:
+                row = {"path": quant, "mode": arm, "reason": None}
+                hit = by_arm.get((quant, arm))
+                if hit is None:
+                    mine = [stats.get(_cell_id(c)) for c in cells if c["quant"] == quant and arm in c["mode"].split("-")[1:]]
+                    if arm == "graphed" or not mine or all(s is None or s["status"] == "not measured" for s in mine):
+                        row["reason"] = NOT_MEASURED
+                    else:
+                        row["reason"] = _no_result(notes, f"{quant} {arm}", [_reason_of(s) for s in mine if s])
+                    rows.append(row)
+                    continue
+                s, cid = hit
+                a = s[scope]["arms"][arm]
+                meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"], "arm": arm}
+                few = Markup(r"\textsuperscript{$\dagger$}") if a["n_sessions"] < 2 else ""
+                an = a.get("anatomy") or {}
+                row.update(
+                    ms=Markup(f"{log.num(f'ms_per_step/{cid}/{arm}/{scope}', a['median_ms'], 2, quantity='ms_per_step', **meta)}{few}"),
+                    r_floor=log.num(f"r_floor/{cid}/{arm}/{scope}", a["r_floor"], 2, quantity="r_floor", **meta),
+                    kernels=log.num(f"kernels_per_step/{cid}/{arm}/{scope}", an.get("kernels_per_step"), 0, quantity="kernels_per_step", **meta),
+                    busy=log.num(f"gpu_busy_ms_per_step/{cid}/{arm}/{scope}", an.get("gpu_busy_ms_per_step"), 2, quantity="gpu_busy_ms_per_step", **meta),
+                    compile_s=log.num(f"compile_s/{cid}/{arm}/{scope}", a.get("compile_s"), 0, quantity="compile_s", **meta),
+                    paired="--", over_bf16="--")
+                sp = s[scope].get("speedup") or {}
+                if arm != "graphed" and sp.get("of") == arm and sp.get("estimate") is not None:
+                    row["paired"] = log.num(f"speedup/{cid}/{scope}", sp["estimate"], 2, quantity="speedup", cell=s["cell"], scope=scope,
+                                            stats_file=s["_file"])
+                if base is not None and not (quant == "bf16" and arm == "graphed"):
+                    b, bid = base
+                    inputs = {"cell": {k: meta[k] for k in ("cell", "scope", "stats_file")}, "bf16": {"cell": b["cell"], "scope": scope, "stats_file": b["_file"]}}
+                    row["over_bf16"] = log.num(f"over_bf16_graphed/{cid}/{arm}/{scope}", over_bf16_graphed(s, arm, b), 2,
+                                               quantity="floor:over_bf16_graphed", inputs=inputs, bf16_arm="graphed", **meta)
+                rows.append(row)
+        groups.append({"gpu": gpus[gpu_key]["display_name"], "model": models[model]["display_name"], "ctx": ctx, "attn": attn, "rows": rows})
+    tex = environment().get_template("floor.tex.j2").render(groups=groups, notes=notes.notes)
+    _write(tex, out_tex, log, out_numbers)

@@ -156,6 +156,10 @@ class Plan:
             Cell(g, mo, c, qz["attn"], q, md)
             for g in qz.get("gpus", []) for q in qz["paths"] for grp in qz["cells"] for mo in grp["models"] for c in grp["ctx"]
             for md in qz["modes"]))
+        # Beyond the paper: compiled and fused steps against graphed, per model x ctx x weight path.
+        fl = self.config.get("floor") or {}
+        self.floor = [Cell(g, mo, c, fl["attn"], q, md) for g in fl.get("gpus", []) for mo in fl["models"] for c in fl["ctx"]
+                      for q in fl["quant"] for md in fl["modes"]]
         self._existing: dict[Cell, list[str]] | None = None
         self.wanted = {c: m["sessions"] for c in self.matrix}
         for c, exp in self.ab.items():
@@ -164,6 +168,8 @@ class Plan:
             self.wanted[c] = max(self.wanted.get(c, 0), att["sessions"])
         for c in self.quantization:
             self.wanted[c] = max(self.wanted.get(c, 0), qz["sessions"])
+        for c in self.floor:
+            self.wanted[c] = max(self.wanted.get(c, 0), fl["sessions"])
         self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
 
     @property
@@ -232,7 +238,7 @@ class Plan:
         return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
 
     def cells(self) -> list[Cell]:
-        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization))
+        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor))
 
     def analysed(self, cells=None) -> list[Cell]:
         """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
@@ -252,7 +258,8 @@ class Plan:
     def headline_stats(self) -> list[str]:
         """The ladder's cells: every GPU and mode at the headline model and context."""
         r = self.config["report"]
-        return [c.stats for c in self.analysed(self.matrix) if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]]
+        cells = self.matrix + [c for c in self.floor if c.quant == "bf16"]  # and the compiled and fused steps
+        return list(dict.fromkeys(c.stats for c in self.analysed(cells) if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]))
 
     def ab_stats(self) -> list[str]:
         return [c.stats for c in self.analysed(list(self.ab))]
@@ -275,8 +282,15 @@ class Plan:
         matrix or A/B cells too: one cell, one analysis)."""
         return [c.stats for c in self.analysed(self.quantization)]
 
+    def floor_cells(self) -> list[dict]:
+        """The floor experiment's configured cells (modes compiled and fused), as its table lists them."""
+        return [c.keys for c in self.floor]
+
+    def floor_stats(self, quant: str | None = None) -> list[str]:
+        return [c.stats for c in self.analysed(self.floor) if quant is None or c.quant == quant]
+
     def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step", "quantization"]
+        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step", "quantization", "floor"]
         return {name: paths.table_tex(name) for name in names}
 
     def figures(self) -> dict[str, list[str]]:

@@ -114,8 +114,13 @@ class FusedModel:
             layer.down = joined([m.down_proj])
             self.layers.append(layer)
         self.intermediate = block.mlp.gate_proj.out_features
-        # one tensor for every layer's K and V: (layers, 2, kv heads, positions, head_dim)
-        self.cache = torch.zeros((len(self.layers), 2, self.n_kv, max_cache_len, self.head_dim), dtype=self.dtype, device=self.device)
+        # a K and a V tensor per layer, (kv heads, positions, head_dim). Not views of one tensor: Inductor
+        # turns an in-place write into a view into a copy of the whole base tensor (measured on the H200
+        # at commit 96ac358: the fused step's GPU time 1.5 ms over the compiled transformers step's),
+        # and writes a whole tensor in place.
+        shape = (self.n_kv, max_cache_len, self.head_dim)
+        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.slots = torch.arange(max_cache_len, device=self.device)
 
     def _rms(self, x, w):
@@ -155,7 +160,7 @@ class FusedModel:
             q, k, v = layer.qkv(h).split([hq * d, hkv * d, hkv * d], dim=-1)
             q = self._rotate(q.view(n, hq, d), cos, sin)
             k = self._rotate(k.view(n, hkv, d), cos, sin)
-            kc, vc = self.cache[i, 0], self.cache[i, 1]
+            kc, vc = self.k_cache[i], self.v_cache[i]
             kc.index_copy_(1, positions, k.transpose(0, 1))
             vc.index_copy_(1, positions, v.view(n, hkv, d).transpose(0, 1))
             if n == 1:  # one query per head against the cache, the group's heads sharing one K/V
