@@ -118,6 +118,7 @@ def test_measuring_never_remeasures_a_recorded_session(built):
     config["ab"] = [dict(config["ab"][0], gpus=["h200"])]  # the 53-session cuda-graphs A/B
     config["attention"]["gpus"] = []  # its cells still lack sessions
     config["quantization"]["gpus"] = []
+    config["floor"]["gpus"] = []  # and the floor experiment's (compiled, fused)
     config["protocol"]["timed_steps"] = 64
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     with open(root / "scripts/decodegap/measure/modes.py", "a") as f:
@@ -138,6 +139,7 @@ def test_measure_jobs_output_receipts_for_missing_sessions_only(tmp_path):
     config["ab"] = []
     config["attention"]["gpus"] = []
     config["quantization"]["gpus"] = []
+    config["floor"]["gpus"] = []  # and the floor experiment's (compiled, fused)
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(root, "-n", "--forceall", "-p", "report/paper_tables.tex")
     out = proc.stdout + proc.stderr

@@ -37,6 +37,7 @@ def slurm_config(timed_steps=40) -> dict:
                               min_duration_s=0.0, max_rel_stdev=100.0)
     config["attention"]["gpus"] = []  # the attention experiment's cells are H200 cells: none here
     config["quantization"]["gpus"] = []  # likewise the weight-path experiment's
+    config["floor"]["gpus"] = []  # and the floor experiment's (compiled, fused)
     config["stats"]["n_resamples"] = 200
     config["report"]["headline_model"] = "tiny-llama"
     config["report"]["headline_ctx"] = 32
