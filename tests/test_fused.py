@@ -66,6 +66,7 @@ def test_the_fused_step_packs_its_joined_layers_with_the_weight_path():
     card = CARDS["tiny-llama"]
     path = get_weight_path("int4-tinygemm")
     arch = card.architecture
+    # widths in whole groups of 128 input columns, as the int4 format needs
     tiny = dataclasses.replace(card, architecture={**arch, "hidden_size": 256, "intermediate_size": 256, "head_dim": 64})
     dense = _model(tiny)
     net = FusedModel(dense, path, 64)
