@@ -1,0 +1,85 @@
+"""Beyond the paper, through the pipeline: the floor experiment's cells (modes compiled and fused as
+A/B arms against graphed), its table with the paired speedup and the speedup over bf16 graphed,
+each number recomputable from the raw sessions, and a path that cannot compose as its reason."""
+
+import json
+
+import numpy as np
+import pytest
+
+from decodegap.core.config import load_gpus, load_models
+
+
+def _workspace(tmp_path):
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import synthetic
+
+    gpus = {k: vars(v) for k, v in load_gpus().items()}
+    w_bf16 = load_models()["qwen2.5-7b"].param_count() * 2
+    cells, files = [], []
+    for quant, base_ms, w in (("bf16", 8.0, None), ("int4-tinygemm", 6.5, w_bf16 // 3)):
+        for mode in ("ab-graphed-compiled", "ab-graphed-fused"):
+            cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant=quant, mode=mode)
+            cells.append(cell)
+            if quant == "int4-tinygemm" and mode == "ab-graphed-fused":
+                records = [synthetic.not_possible_record(cell, s, "the fused step's logits differ from the model's") for s in range(2)]
+            else:
+                records = [synthetic.record(cell, s, 64, np.random.default_rng([s, len(quant), len(mode)]), base_ms=base_ms, weight_bytes=w)
+                           for s in range(2)]
+            files.append(fixture_cell_stats(tmp_path, cell, records))
+    return cells, files, gpus, fixture_models()
+
+
+def test_the_floor_table_gives_each_lever_against_graphed_and_bf16(tmp_path):
+    from decodegap.analysis import provenance, tables
+
+    cells, files, gpus, models = _workspace(tmp_path)
+    tables.floor_table(files, cells, gpus, models, tmp_path / "f.tex", tmp_path / "f.json")
+    tex, numbers = (tmp_path / "f.tex").read_text(), json.loads((tmp_path / "f.json").read_text())
+    stats = [json.loads(f.read_text())["completed"] for f in files]
+    bf16_graphed = stats[0]["arms"]["graphed"]["median_ms"]
+    fused = stats[1]["arms"]["fused"]["median_ms"]
+    cid = "h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused"
+    over = numbers[f"floor/over_bf16_graphed/{cid}/fused/completed"]
+    assert over["value"] == pytest.approx(bf16_graphed / fused) and 1.5 < over["value"] < 1.8  # fused at 0.6 of graphed
+    paired = numbers[f"floor/speedup/{cid}/completed"]
+    assert paired["value"] == pytest.approx(stats[1]["speedup"]["estimate"]) and stats[1]["speedup"]["of"] == "fused"
+    assert numbers[f"floor/r_floor/{cid}/fused/completed"]["value"] == pytest.approx(stats[1]["arms"]["fused"]["r_floor"])
+    # int4 compiled is measured against the bf16 graphed step; int4 fused cannot run, with its reason
+    int4 = "h200/qwen2.5-7b/ctx2048/sdpa_int4-tinygemm_ab-graphed-compiled"
+    assert numbers[f"floor/over_bf16_graphed/{int4}/compiled/completed"]["value"] == pytest.approx(
+        bf16_graphed / stats[2]["arms"]["compiled"]["median_ms"])
+    assert r"\texttt{int4-tinygemm} & fused & \multicolumn{7}{l}{cannot run\textsuperscript{a}}" in tex
+    assert "int4-tinygemm fused: not possible: the fused step" in tex
+    # every kind of number recomputes from its raw sessions
+    for key in (f"floor/over_bf16_graphed/{cid}/fused/completed", f"floor/speedup/{cid}/completed",
+                f"floor/kernels_per_step/{cid}/fused/completed", f"floor/ms_per_step/{int4}/compiled/completed"):
+        value, text = provenance.recompute(numbers[key])
+        assert value == pytest.approx(numbers[key]["value"]) and text == numbers[key]["text"], key
+
+
+def test_the_plan_measures_compiled_and_fused_per_card_context_and_path(tmp_path):
+    from conftest import small_config
+
+    from decodegap.core.cells import Plan
+
+    config = small_config()
+    config["floor"] = {"gpus": ["h200"], "models": ["qwen2.5-7b", "llama-3.1-8b"], "ctx": [2048, 16384], "attn": "sdpa",
+                       "quant": ["bf16", "int4-tinygemm"], "modes": ["ab-graphed-compiled", "ab-graphed-fused"], "sessions": 3}
+    plan = Plan(config, root=tmp_path)
+    assert len(plan.floor) == 2 * 2 * 2 * 2 and all(plan.wanted[c] == 3 for c in plan.floor)
+    assert "floor" in plan.tables() and "int4-tinygemm" in plan.environment_paths("h200")[1]
+    assert plan.floor_stats("bf16") == [] and plan.floor_cells()[0]["mode"] == "ab-graphed-compiled"
+
+
+def test_a_path_that_does_not_compose_is_a_config_error_naming_the_key():
+    from conftest import small_config
+
+    from decodegap.core.cells import validate_config
+    from decodegap.core.errors import ConfigError
+
+    config = small_config()
+    config["floor"] = {**config["floor"], "gpus": ["h200"], "quant": ["gemlite"]}
+    with pytest.raises(ConfigError, match=r"floor.*quant.*gemlite"):
+        validate_config(config)
