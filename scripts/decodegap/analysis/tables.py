@@ -864,7 +864,7 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
                     row["paired"] = log.num(f"speedup/{cid}/{scope}", sp["estimate"], 2, quantity="speedup", cell=s["cell"], scope=scope,
                                             stats_file=s["_file"])
                 if base is not None and not (quant == "bf16" and arm == "graphed"):
-                    b, bid = base
+                    b = base[0]
                     inputs = {"cell": {k: meta[k] for k in ("cell", "scope", "stats_file")}, "bf16": {"cell": b["cell"], "scope": scope, "stats_file": b["_file"]}}
                     row["over_bf16"] = log.num(f"over_bf16_graphed/{cid}/{arm}/{scope}", over_bf16_graphed(s, arm, b), 2,
                                                quantity="floor:over_bf16_graphed", inputs=inputs, bf16_arm="graphed", **meta)

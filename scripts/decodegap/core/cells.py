@@ -69,7 +69,6 @@ FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attentio
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused")
 PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
-GRAPH_REPLAYED = ("graphed", "compiled", "fused")  # one graph launch per step: time does not follow the host
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 # The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
 # decode-shaped attention call per layer of the card, op by op and replayed from a graph, as two

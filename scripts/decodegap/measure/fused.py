@@ -6,7 +6,7 @@ small to stream memory well and the gaps between them. This step is written for 
 - per layer, the q/k/v projections are one matrix and gate/up another (one GEMV each instead of
   three and two), stored by the session's weight path (bf16, or packed into a 4-bit format by the
   same `pack` the weight-path cells use, so W is unchanged);
-- the KV cache is one static tensor, written in place at a position held on the device;
+- the KV cache is a K and a V tensor per layer, written in place at a position held on the device;
 - decode attention is two small matmuls against the cache with a length mask, no framework code;
 - `torch.compile` (Inductor) fuses RMSNorm, RoPE, the KV append, SiLU x up and the residual adds
   into a few kernels, and the mode (decodegap.measure.modes.FusedDecoder) captures the compiled
@@ -19,6 +19,8 @@ the activations' dtype), so that in bf16 the two differ only in summation order.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from decodegap.core.errors import CellNotPossible
 
@@ -54,10 +56,6 @@ class _Dense:
         return F.linear(x, self.weight, self.bias)
 
 
-class _Layer:
-    pass
-
-
 class FusedModel:
     """A transformers GQA decoder's weights rearranged for batch-1 decode, and its static KV cache.
 
@@ -71,7 +69,6 @@ class FusedModel:
         why = composes(weights.name, cfg.model_type)
         if why:
             raise CellNotPossible(why)
-        self.hidden = cfg.hidden_size
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.group = self.n_heads // self.n_kv
@@ -106,7 +103,7 @@ class FusedModel:
         self.layers = []
         for block in inner.layers:
             a, m = block.self_attn, block.mlp
-            layer = _Layer()
+            layer = SimpleNamespace()
             layer.in_norm, layer.post_norm = block.input_layernorm.weight, block.post_attention_layernorm.weight
             layer.qkv = joined([a.q_proj, a.k_proj, a.v_proj])
             layer.o = joined([a.o_proj])

@@ -282,9 +282,9 @@ class Session:
                     if self.device == "cuda":  # which attention kernel ran: a silent fallback is no measurement of the path
                         names = a.get("kernel_names") or {}
                         arm["attention_kernels"] = attention_kernels(names)
-                        # the fused step's decode attention is its own (two matmuls and a softmax): the cell's
-                        # path runs only its prefill and its reference model, so no path kernel is expected
-                        fell_back = attn.fallback_reason(names) if arm["mode"] != "fused" else None
+                        # a decoder with its own decode attention runs the cell's path only in its prefill
+                        own = getattr(decoders[arm["mode"]], "own_attention", False)
+                        fell_back = None if own else attn.fallback_reason(names)
                         log(f"attention [{arm['mode']}]: " + (", ".join(arm["attention_kernels"]) or "none seen")
                             + (f"; {fell_back}" if fell_back else ""))
                         if fell_back:
