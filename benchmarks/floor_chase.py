@@ -2,14 +2,16 @@
 process, with transformers' own fast path beside them as the peer.
 
     python benchmarks/floor_chase.py [--model qwen2.5-7b] [--ctx 2048] [--quant bf16 int4-tinygemm]
-                                     [--gpu h200] [--steps 64] [--rounds 5]
+                                     [--gpu h200] [--steps 64] [--rounds 5] [--modes graphed compiled fused]
+                                     [--gemv-configs best.json] [--no-peer]
 
 For each weight path: builds the card once (random bf16 weights, the sessions' cards.build_model),
 the fused model from the dense weights, then packs the transformers model with the path. Modes:
 
   graphed   transformers' step on a StaticCache, one CUDA graph (the paper's best)
   compiled  the same step under torch.compile, captured as one CUDA graph
-  fused     decodegap's own compact step (decodegap.measure.fused), compiled, one CUDA graph
+  fused     decodegap's own compact step (decodegap.measure.fused): its Triton kernels, one CUDA graph
+            (--gemv-configs: their launch shapes from benchmarks/fused_kernels.py --json)
   peer      transformers' documented fast path: `generate` with a static cache, which compiles the
             decode step itself (reduce-overhead CUDA graphs); ms/token from two generation lengths,
             (t(n2) - t(n1)) / (n2 - n1), so the prefill cancels
@@ -22,6 +24,7 @@ profiler pass of 3 steps. Compile seconds are printed apart and never timed as s
 """
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -73,6 +76,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=64, help="steps per block")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved blocks per mode")
     ap.add_argument("--no-peer", action="store_true", help="leave out transformers' generate")
+    ap.add_argument("--modes", nargs="+", default=["graphed", "compiled", "fused"], choices=["graphed", "compiled", "fused"])
+    ap.add_argument("--gemv-configs", help="JSON {role: {rows, block_k, warps}} for the fused step's GEMVs (default: GEMV_CONFIGS)")
     a = ap.parse_args()
 
     import torch
@@ -84,10 +89,15 @@ def main() -> int:
     from decodegap.measure.anatomy import profile_steps
     from decodegap.measure.cards import build_model
     from decodegap.measure.fused import FusedModel
+    from decodegap.measure.fused_kernels import GemvConfig
     from decodegap.measure.modes import make_decoder
     from decodegap.measure.weights import get_weight_path
 
     card, gpu = load_models()[a.model], load_gpu(a.gpu)
+    gemv = None
+    if a.gemv_configs:
+        with open(a.gemv_configs) as f:
+            gemv = {role: GemvConfig(**c) for role, c in json.load(f).items()}
     max_len = a.ctx + 16 + (a.rounds + 2) * a.steps + 64
     prompt = torch.randint(0, card.architecture["vocab_size"], (1, a.ctx), generator=torch.Generator().manual_seed(0)).cuda()
     print(f"{card.display_name}, ctx {a.ctx}, on {torch.cuda.get_device_name()} (torch {torch.__version__}); "
@@ -102,7 +112,7 @@ def main() -> int:
             continue
         torch.cuda.empty_cache()
         model = build_model(card, "cuda", "sdpa", 0)
-        net = FusedModel(model, path, max_len)
+        net = FusedModel(model, path, max_len, gemv_configs=gemv) if "fused" in a.modes else None
         model = path.prepare(model)
         stored = path.stored(model)
         floor = MemoryFloor(stored.weight_bytes, stored.weight_bytes_no_embedding, kv_bytes(card.kv_bytes_per_token(), a.ctx), gpu.b_peak_Bps)
@@ -110,7 +120,7 @@ def main() -> int:
         print(f"[{quant}] W {stored.weight_bytes / 1e9:.2f} GB, K {floor.kv_bytes / 1e9:.3f} GB, t_floor {t_floor_ms:.3f} ms", flush=True)
         decs, compile_s = {}, {}
         with torch.inference_mode():
-            for mode in ("graphed", "compiled", "fused"):
+            for mode in a.modes:
                 t = time.perf_counter()
                 try:
                     dec = make_decoder(mode, model, max_len, net if mode == "fused" else None)
@@ -122,7 +132,8 @@ def main() -> int:
                 decs[mode], compile_s[mode] = dec, getattr(dec, "compile_s", None)
                 extra = f" (compile {compile_s[mode]:.1f} s)" if compile_s[mode] is not None else ""
                 print(f"  {mode}: ready in {time.perf_counter() - t:.1f} s{extra}"
-                      + (f"; logit check relative L2 {dec.logit_check['rel_l2_max']:.2e}" if mode == "fused" else ""), flush=True)
+                      + (f"; logit check relative L2 {dec.logit_check['rel_l2_max']:.2e}, top-1 {dec.logit_check['top1_agree']}/"
+                         f"{dec.logit_check['compared']}; {json.dumps(dec.step_info)}" if mode == "fused" else ""), flush=True)
             blocks = {m: [] for m in decs}
             for _ in range(a.rounds):
                 for mode, dec in decs.items():

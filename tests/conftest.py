@@ -1,9 +1,14 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# The fused step's Triton kernels run on a CPU under Triton's interpreter only, and it must be on
+# before anything imports triton (building a transformers model does): tests/test_fused_kernels.py.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 

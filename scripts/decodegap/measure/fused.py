@@ -7,15 +7,19 @@ small to stream memory well and the gaps between them. This step is written for 
   three and two), stored by the session's weight path (bf16, or packed into a 4-bit format by the
   same `pack` the weight-path cells use, so W is unchanged);
 - the KV cache is a K and a V tensor per layer, written in place at a position held on the device;
-- decode attention is two small matmuls against the cache with a length mask, no framework code;
-- `torch.compile` (Inductor) fuses RMSNorm, RoPE, the KV append, SiLU x up and the residual adds
-  into a few kernels, and the mode (decodegap.measure.modes.FusedDecoder) captures the compiled
-  step as one CUDA graph.
+- on CUDA (backend "triton") a layer is six Triton launches (decodegap.measure.fused_kernels):
+  the RMSNorms, RoPE, the KV append, SiLU x up and the residual adds ride inside the GEMVs, and
+  attention is a split-over-positions decode kernel; a packed path's own GEMV replaces the bf16 one,
+  with the same epilogues run on its output. The mode (decodegap.measure.modes.FusedDecoder)
+  captures the step as one CUDA graph;
+- backend "torch" is the same step in plain PyTorch ops (two small matmuls with a length mask for
+  attention), which torch.compile fuses: the CPU's step, and the reference the kernels are tested
+  against (tests/test_fused_kernels.py, under Triton's interpreter).
 
 It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
 the same logits: `logit_check` compares them on the device, `tests/test_fused.py` at float32 on the
-tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin cast to
-the activations' dtype), so that in bf16 the two differ only in summation order.
+tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in
+the activations' dtype), so that in bf16 the two differ only in summation order and rounding.
 """
 
 from __future__ import annotations
@@ -60,9 +64,13 @@ class FusedModel:
     """A transformers GQA decoder's weights rearranged for batch-1 decode, and its static KV cache.
 
     Built from the dense (bf16) model, before the session's weight path packs it: the concatenated
-    layers are packed here by the same path."""
+    layers are packed here by the same path. `backend`: "triton" (CUDA's default: the fused kernels)
+    or "torch" (the CPU's: plain ops, for torch.compile); `gemv_configs` overrides the kernels' launch
+    shapes by role (decodegap.measure.fused_kernels.GEMV_CONFIGS)."""
 
-    def __init__(self, model, weights, max_cache_len: int):
+    BACKENDS = ("triton", "torch")
+
+    def __init__(self, model, weights, max_cache_len: int, backend: str | None = None, gemv_configs: dict | None = None):
         import torch
 
         cfg = model.config
@@ -78,12 +86,22 @@ class FusedModel:
         inner = model.model
         self.embed = inner.embed_tokens.weight  # shared with the model: no copy
         self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.backend = backend or ("triton" if self.device.type == "cuda" else "torch")
+        if self.backend not in self.BACKENDS:
+            raise ValueError(f"fused backend {self.backend!r}: one of {', '.join(self.BACKENDS)}")
         rotary = inner.rotary_emb  # its inv_freq carries the card's RoPE scaling (Llama-3.1's llama3 type)
-        self.inv_freq = rotary.inv_freq.detach().float()
-        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        inv_freq = rotary.inv_freq.detach().float()
+        rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        # cos and sin of every cache position, as transformers computes them for a position (float32
+        # angle, scaled, then rounded to the activations' dtype); half a head wide, since RoPE's two
+        # halves share their angles
+        angles = torch.arange(max_cache_len, device=self.device).float()[:, None] * inv_freq[None, :]
+        self.cos = (angles.cos() * rope_scale).to(self.dtype).contiguous()
+        self.sin = (angles.sin() * rope_scale).to(self.dtype).contiguous()
         self.final_norm = inner.norm.weight
         self.lm_head = model.lm_head.weight  # tied or not, the matrix the output projection reads
         pack = getattr(weights, "pack", None)
+        self.packed = pack is not None
 
         def joined(linears):
             w = torch.cat([m.weight.detach() for m in linears])
@@ -119,6 +137,40 @@ class FusedModel:
         self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.slots = torch.arange(max_cache_len, device=self.device)
+        if self.backend == "triton":
+            self._triton_buffers(gemv_configs or {})
+
+    def _triton_buffers(self, overrides: dict) -> None:
+        """The step's fixed buffers (a captured graph replays into them) and the kernels' launch plan."""
+        import torch
+
+        from decodegap.measure import fused_kernels as fk
+
+        why = fk.usable_here(self.device)
+        if why:
+            raise ValueError(f"fused backend triton: {why}")
+        unknown = sorted(set(overrides) - set(fk.GEMV_CONFIGS))
+        if unknown:
+            raise ValueError(f"gemv_configs: unknown role(s) {', '.join(unknown)}; roles are {', '.join(fk.GEMV_CONFIGS)}")
+        self.gemv = {**fk.GEMV_CONFIGS, **overrides}
+        self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv)
+        hidden, qd = self.embed.shape[1], self.n_heads * self.head_dim
+
+        def buf(n):
+            return torch.empty(n, dtype=self.dtype, device=self.device)
+
+        self._x, self._xn, self._q, self._attn = buf(hidden), buf(hidden), buf(qd), buf(qd)
+        self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
+        self._scratch = fk.attention_scratch(self.attention_plan, self.n_heads, self.n_kv, self.head_dim, self.device)
+
+    def describe(self) -> dict:
+        """What a session records of the step: its backend and, for the kernels, their launch shapes."""
+        out = {"backend": self.backend, "weights": "packed by the path" if self.packed else "bf16 joined"}
+        if self.backend == "triton":
+            out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
+            p = self.attention_plan
+            out["attention"] = {"split_positions": p.split, "splits": p.n_splits, "block_positions": p.block_t}
+        return out
 
     def _rms(self, x, w):
         import torch
@@ -129,9 +181,8 @@ class FusedModel:
     def _rope(self, positions):
         import torch
 
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rope_scale).to(self.dtype)[:, None, :], (emb.sin() * self.rope_scale).to(self.dtype)[:, None, :]
+        cos, sin = self.cos[positions], self.sin[positions]
+        return torch.cat((cos, cos), dim=-1)[:, None, :], torch.cat((sin, sin), dim=-1)[:, None, :]
 
     @staticmethod
     def _rotate(x, cos, sin):
@@ -144,7 +195,8 @@ class FusedModel:
         """Logits (1, vocab) of the last of `tokens` (T,), at `positions` (T,) on the device.
 
         T == 1 is the decode step (attention over the cache up to its position); T > 1 is a prefill
-        from position 0 (causal attention over the T tokens), which fills the cache."""
+        from position 0 (causal attention over the T tokens), which fills the cache. Plain ops for
+        every prefill and for backend torch's decode."""
         import torch
         import torch.nn.functional as F
 
@@ -176,8 +228,59 @@ class FusedModel:
         return F.linear(self._rms(x[-1:], self.final_norm), self.lm_head)
 
     def decode(self, token, position):
-        """One decode step: token (1,) and position (1,) on the device -> logits (1, vocab)."""
-        return self.forward(token, position)
+        """One decode step: token (1,) and position (1,) on the device -> logits (1, vocab). Backend
+        triton returns its logits buffer, which the next step overwrites."""
+        if self.backend == "torch":
+            return self.forward(token, position)
+        return self._decode_packed(token, position) if self.packed else self._decode_kernels(token, position)
+
+    def _embed(self, token):
+        import torch
+
+        torch.index_select(self.embed, 0, token, out=self._x.view(1, -1))
+
+    def _attend(self, i, position):
+        from decodegap.measure import fused_kernels as fk
+
+        fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self.attention_plan, self._scratch, self._attn,
+                     self.n_heads, self.n_kv, self.head_dim, self.scale)
+
+    def _decode_kernels(self, token, position):
+        """bf16: six launches a layer, every small op inside a GEMV."""
+        from decodegap.measure import fused_kernels as fk
+
+        x, g = self._x, self.gemv
+        self._embed(token)
+        for i, layer in enumerate(self.layers):
+            fk.qkv_rope(x, layer.qkv.weight, layer.qkv.bias, layer.in_norm, self.eps, self.cos, self.sin, position, self._q,
+                        self.k_cache[i], self.v_cache[i], self.n_heads, self.n_kv, self.head_dim, g["qkv"])
+            self._attend(i, position)
+            fk.linear(self._attn, layer.o.weight, x, g["o"], b=layer.o.bias, residual=x)
+            fk.gate_up(x, layer.gate_up.weight, layer.post_norm, self.eps, self._h, self.intermediate, g["gate_up"])
+            fk.linear(self._h, layer.down.weight, x, g["down"], b=layer.down.bias, residual=x)
+        fk.linear(x, self.lm_head, self._logits, g["lm_head"], g=self.final_norm, eps=self.eps)
+        return self._logits.view(1, -1)
+
+    def _decode_packed(self, token, position):
+        """A packed path: its GEMVs on the normalised input, the same epilogues on their outputs, and
+        the residual add with the next norm in one launch."""
+        from decodegap.measure import fused_kernels as fk
+
+        x, xn, g = self._x, self._xn, self.gemv
+        self._embed(token)
+        fk.add_norm(x, None, self.layers[0].in_norm, self.eps, xn)
+        for i, layer in enumerate(self.layers):
+            y = layer.qkv(xn.view(1, -1)).view(-1)
+            fk.qkv_rope(xn, None, None, layer.in_norm, self.eps, self.cos, self.sin, position, self._q, self.k_cache[i],
+                        self.v_cache[i], self.n_heads, self.n_kv, self.head_dim, g["qkv"], y=y)
+            self._attend(i, position)
+            fk.add_norm(x, layer.o(self._attn.view(1, -1)).view(-1), layer.post_norm, self.eps, xn)
+            y = layer.gate_up(xn.view(1, -1)).view(-1)
+            fk.gate_up(xn, None, layer.post_norm, self.eps, self._h, self.intermediate, g["gate_up"], y=y)
+            following = self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
+            fk.add_norm(x, layer.down(self._h.view(1, -1)).view(-1), following, self.eps, xn)
+        fk.linear(xn, self.lm_head, self._logits, g["lm_head"])
+        return self._logits.view(1, -1)
 
 
 def logit_check(model, net: FusedModel, prompt_tokens: int = 32, steps: int = 3, seed: int = 0) -> dict:

@@ -13,11 +13,13 @@ static   StaticCache, still one host launch per op: separates the cache's cost f
 graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
 compiled StaticCache, the step under torch.compile (Inductor fuses the small ops), captured as one
          CUDA graph; the compile's seconds are recorded (`compile_s`), never timed as steps.
-fused    our own compact step (decodegap.measure.fused) on the same weights, compiled and captured
-         as one CUDA graph; its logits are checked against the model's on the device first.
+fused    our own compact step (decodegap.measure.fused) on the same weights: on CUDA six Triton
+         kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; its logits
+         are checked against the model's on the device first.
 
-Where CUDA has no graphs (the CPU), compiled and fused run their compiled step op by op, so the
-tests can check what they compute.
+Where CUDA has no graphs (the CPU), compiled and fused run their step op by op (fused: its plain-op
+backend under torch.compile, or its kernels under Triton's interpreter), so the tests can check
+what they compute.
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ class _CompiledCapture:
 
         import torch
 
+        from torch._dynamo.utils import counters  # Inductor's own cache counters: was the compile a cache hit
+
+        before = dict(counters["inductor"])
         t = time.perf_counter()
         try:
             step()  # the first call traces and compiles
@@ -185,6 +190,9 @@ class _CompiledCapture:
         if self.device_type == "cuda":
             torch.cuda.synchronize()
         self.compile_s = time.perf_counter() - t
+        # how much of the compile the machine's caches spared (compile_s differs tenfold between a cold
+        # and a warm cache): Inductor's FX-graph cache lookups during this first call
+        self.compile_cache = {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
         if self.device_type != "cuda":
             return 1
         self.graph = capture_graph(step, self.capture_warmup_steps)
@@ -203,17 +211,19 @@ class CompiledDecoder(_CompiledCapture, StaticDecoder):
     def __init__(self, model, max_cache_len: int):
         super().__init__(model, max_cache_len)
         self.device_type = model.device.type
-        self.graph, self.compile_s = None, None
+        self.graph, self.compile_s, self.compile_cache = None, None, None
         self._compiled = compile_step(self._step)
 
 
 class FusedDecoder(_CompiledCapture):
     """The fused step (decodegap.measure.fused.FusedModel, built from the dense model before the
     weight path packed it) with the same buffers as the static modes: token and position on the
-    device, advanced in place by each step."""
+    device, advanced in place by each step. Backend triton's step is already its kernels: it is
+    captured as it is, and `compile_s` is the first call's Triton JIT; backend torch's step goes
+    through torch.compile first."""
 
     mode = "fused"
-    own_attention = True  # two matmuls and a softmax: no kernel of the cell's attention path is expected in a step
+    own_attention = True  # its own decode attention: no kernel of the cell's attention path is expected in a step
 
     def __init__(self, model, max_cache_len: int, net=None):
         import torch
@@ -223,7 +233,8 @@ class FusedDecoder(_CompiledCapture):
         if net is None:
             raise ValueError("mode fused needs the fused model (decodegap.measure.fused.FusedModel) of this model")
         self.net, self.device_type = net, net.device.type
-        self.graph, self.compile_s = None, None
+        self.graph, self.compile_s, self.compile_cache = None, None, None
+        self.step_info = net.describe()
         # before the session's prefill: the check's few cache slots are rewritten by it
         self.logit_check = logit_check(model, net)
         if not self.logit_check["agrees"]:
@@ -231,7 +242,7 @@ class FusedDecoder(_CompiledCapture):
                                   f"(tolerance {self.logit_check['rel_tolerance']})")
         self.token = torch.zeros((1,), dtype=torch.long, device=net.device)
         self.position = torch.zeros((1,), dtype=torch.long, device=net.device)
-        self._compiled = compile_step(self._step)
+        self._compiled = self._step if net.backend == "triton" else compile_step(self._step)
 
     def prefill(self, input_ids) -> None:
         import torch

@@ -216,6 +216,9 @@ class Session:
                     self.arms[-1]["layers_per_step"] = dec.layers
                 if getattr(dec, "compile_s", None) is not None:  # compiled, fused: the compile, outside every sample
                     self.arms[-1]["compile_s"] = dec.compile_s
+                    self.arms[-1]["compile_cache"] = dec.compile_cache
+                if getattr(dec, "step_info", None) is not None:  # fused: its backend and kernels' launch shapes
+                    self.arms[-1]["fused_step"] = dec.step_info
                 if getattr(dec, "logit_check", None) is not None:
                     self.arms[-1]["logit_check"] = dec.logit_check
                     log(f"logit check [{mode}]: relative L2 {dec.logit_check['rel_l2_max']:.2e} against the model, "
