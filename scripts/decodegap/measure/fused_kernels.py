@@ -48,14 +48,15 @@ class GemvConfig:
         return {"rows": self.rows, "block_k": self.block_k, "warps": self.warps}
 
 
-# Chosen on the H200 with benchmarks/fused_kernels.py (each role's fastest at the three cards'
-# shapes); another GPU type may want others: the benchmark prints them.
+# Chosen on the H200 (GPU-5872d8e9, 2026-12-01) by `benchmarks/fused_kernels.py --json`: each role's
+# least summed time over Qwen-2.5-7B's and Llama-3.1-8B's shapes, of 12 candidates (graph-replayed
+# launches, weights cycled past L2). Another GPU type may want others: the benchmark prints them.
 GEMV_CONFIGS = {
     "qkv": GemvConfig(rows=4, block_k=512, warps=4),
-    "o": GemvConfig(rows=4, block_k=512, warps=4),
-    "gate_up": GemvConfig(rows=4, block_k=512, warps=4),
-    "down": GemvConfig(rows=2, block_k=1024, warps=4),
-    "lm_head": GemvConfig(rows=8, block_k=512, warps=4),
+    "o": GemvConfig(rows=2, block_k=512, warps=4),
+    "gate_up": GemvConfig(rows=8, block_k=256, warps=4),
+    "down": GemvConfig(rows=2, block_k=512, warps=4),
+    "lm_head": GemvConfig(rows=4, block_k=512, warps=4),
 }
 ATTENTION_BLOCK_T = 32  # positions per loop step of a split (a 32 x head_dim tile of K and of V)
 ATTENTION_PROGRAMS = 264  # splits x KV heads to aim for: two per multiprocessor on the H200 (132)
