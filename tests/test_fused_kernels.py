@@ -190,7 +190,8 @@ def test_the_fused_decoder_decodes_the_static_caches_tokens_with_the_kernels():
             dec.launch()
             out.append(dec.read_token())
         tokens[mode] = out
-    assert dec.step_info["backend"] == "triton" and dec.compile_s > 0 and dec.compile_cache == {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}
+    assert dec.step_info["backend"] == "triton" and dec.compile_cache == {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}
+    assert 0 < dec.jit_s < dec.compile_s  # the kernels' first launch (their JIT) counts, though it ran before the logit check
     assert tokens["fused"] == tokens["static"][-len(tokens["fused"]):]
 
 
