@@ -12,18 +12,19 @@ H200, `benchmarks/step_model.py`). The kernels fold the small ops into the weigh
              down (x += W_down h), the output projection (logits = W_lm norm(x))
   gate_up    RMSNorm (prologue), the joined gate/up GEMV, SiLU(gate) * up (epilogue)
 
-A GEMV program reads `rows` whole rows of W (16-byte loads along K, streamed with evict-first so x
-stays in L2) and reduces them in float32; its input vector and norm are recomputed per program
-(a few KB from L2). RoPE pairs element i of a head with i + head_dim/2 (transformers' rotate_half),
-so a qkv program owns a block of pairs: two row tiles, head_dim/2 apart. gate/up likewise: rows n
-and n + intermediate. Where a weight path packs the projections (int4), the same epilogues run on
-its output (`y=`), and `add_norm` does the residual add and the next norm in one small launch.
+A GEMV program reads `rows` whole rows of W (contiguous along K, so the loads vectorise; streamed
+with evict-first so x stays in L2) and reduces them in float32; its input vector and norm are
+recomputed per program (a few KB from L2). RoPE pairs element i of a head with i + head_dim/2
+(transformers' rotate_half), so a qkv program owns a block of pairs: two row tiles, head_dim/2
+apart. gate/up likewise: rows n and n + intermediate. Where a weight path packs the projections
+(int4), the same epilogues run on its output (`y=`), and `add_norm` does the residual add and the
+next norm in one small launch.
 
 Arithmetic follows transformers' bf16 roundings where they are visible (the linear's output, the
-normalised activation, cos/sin tables in the activations' dtype); sums are float32. The reference
-is the torch step in decodegap.measure.fused; tests/test_fused_kernels.py runs these kernels under
-Triton's CPU interpreter against it (TRITON_INTERPRET=1, which must be set before anything imports
-triton: transformers does, so tests/conftest.py sets it first).
+normalised activation, cos/sin tables in the activations' dtype); sums are float32.
+tests/test_fused_kernels.py runs these kernels under Triton's CPU interpreter against float64
+references and the transformers model (TRITON_INTERPRET=1, which must be set before anything
+imports triton: transformers does, so tests/conftest.py sets it first).
 """
 
 from __future__ import annotations
