@@ -13,8 +13,8 @@ small to stream memory well and the gaps between them. This step is written for 
   with the same epilogues run on its output. The mode (decodegap.measure.modes.FusedDecoder)
   captures the step as one CUDA graph;
 - backend "torch" is the same step in plain PyTorch ops (two small matmuls with a length mask for
-  attention), which torch.compile fuses: the CPU's step, and the reference the kernels are tested
-  against (tests/test_fused_kernels.py, under Triton's interpreter).
+  attention), which torch.compile fuses: the CPU's step. The kernels are tested under Triton's CPU
+  interpreter against float64 references and the transformers model (tests/test_fused_kernels.py).
 
 It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
 the same logits: `logit_check` compares them on the device, `tests/test_fused.py` at float32 on the
