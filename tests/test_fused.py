@@ -102,10 +102,11 @@ def test_compiled_and_fused_decode_the_static_caches_tokens(name):
 
 
 def test_a_path_that_does_not_compose_is_a_reason():
-    assert composes("bf16", "qwen2") is None and composes("int4-tinygemm", "llama") is None
-    why = composes("gemlite", "llama")
+    bf16, int4, gemlite = (get_weight_path(n) for n in ("bf16", "int4-tinygemm", "gemlite"))
+    assert composes(bf16, "qwen2") is None and composes(int4, "llama") is None
+    why = composes(gemlite, "llama")
     assert why.startswith("weight path gemlite does not compose with a compiled step") and "int4-tinygemm" in why
-    assert composes("bf16", "gemma") == "the fused step covers model types llama, mistral, qwen2, not gemma"
+    assert composes(bf16, "gemma") == "the fused step covers model types llama, mistral, qwen2, not gemma"
 
 
 def test_a_fused_session_records_its_compile_time_and_logit_check(tmp_path, measure_main):

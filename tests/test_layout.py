@@ -33,7 +33,7 @@ def test_each_wing_imports_only_what_it_may():
     allowed = {"core": ("decodegap.core",), "analysis": ("decodegap.core", "decodegap.analysis"),
                "measure": ("decodegap.core", "decodegap.measure")}
     for wing, prefixes in allowed.items():
-        for py in sorted((PACKAGE / wing).glob("*.py")):
+        for py in sorted((PACKAGE / wing).rglob("*.py")):
             bad = [m for m in imported_modules(py) if not m.startswith(prefixes)]
             assert not bad, f"{py.relative_to(REPO)} imports {bad}: the {wing} wing may import only {prefixes}"
     for py in sorted((REPO / "scripts" / "rules").glob("*.py")):  # rule entry points run the analysis

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from decodegap.core.config import load_models
-from decodegap.measure.weights import PATHS, dequantize_int4_groups, get_weight_path, quantize_int4_groups
+from decodegap.measure.weights import PATHS, get_weight_path
+from decodegap.measure.weights.int4_tinygemm import dequantize_int4_groups, quantize_int4_groups
 
 
 def test_int4_groups_round_trip_within_half_a_step():
@@ -134,7 +135,7 @@ def test_a_missing_package_is_the_reason_a_path_cannot_run(monkeypatch):
 
 
 def test_gptq_packs_eight_rows_per_word_and_a_zero_of_eight():
-    from decodegap.measure.weights import pack_gptq, unpack_gptq
+    from decodegap.measure.weights.gptq_exllamav2 import pack_gptq, unpack_gptq
 
     w = torch.randn(16, 256, generator=torch.Generator().manual_seed(3)) / 16
     qweight, qzeros, scales = pack_gptq(w, 128)
@@ -149,7 +150,7 @@ def test_gptq_packs_eight_rows_per_word_and_a_zero_of_eight():
 
 
 def test_gemlite_input_round_trips_within_half_a_step():
-    from decodegap.measure.weights import dequantize_gemlite, quantize_gemlite
+    from decodegap.measure.weights.gemlite import dequantize_gemlite, quantize_gemlite
 
     w = torch.randn(32, 256, generator=torch.Generator().manual_seed(4)) / 16
     q, scales, zeros = quantize_gemlite(w, 128)
@@ -159,7 +160,7 @@ def test_gemlite_input_round_trips_within_half_a_step():
 
 
 def test_awq_packs_eight_columns_per_word_in_its_nibble_order():
-    from decodegap.measure.weights import AWQ_ORDER, pack_awq, unpack_awq
+    from decodegap.measure.weights.awq_marlin import AWQ_ORDER, pack_awq, unpack_awq
 
     w = torch.randn(16, 256, generator=torch.Generator().manual_seed(5)) / 16
     qweight, qzeros, scales = pack_awq(w, 128)
@@ -178,7 +179,7 @@ def test_awq_packs_eight_columns_per_word_in_its_nibble_order():
 
 
 def test_marlin_without_its_sources_says_how_to_lay_them_out(monkeypatch, tmp_path):
-    from decodegap.measure import weights
+    from decodegap.measure.weights import awq_marlin as weights
 
     monkeypatch.setenv(weights.MARLIN_SRC, str(tmp_path / "none"))
     with pytest.raises(ModuleNotFoundError, match="envs/build_marlin.py <vllm sdist>"):

@@ -77,10 +77,16 @@ ANALYSIS_CODE = sorted(
 )
 # What defines a GPU type's environment stage besides its pinned packages: the stage and the path
 # registries it checks (an input of the environment rule; the analysis code is not).
-ENVIRONMENT_CODE = [
-    repo_path(f"scripts/decodegap/measure/{name}.py")
-    for name in ("setup", "attention", "weights", "environment")
-]
+ENVIRONMENT_CODE = sorted(
+    repo_path(p.relative_to(workflow.basedir))
+    for pattern in (
+        "scripts/decodegap/measure/setup.py",
+        "scripts/decodegap/measure/environment.py",
+        "scripts/decodegap/measure/attention/*.py",
+        "scripts/decodegap/measure/weights/*.py",
+    )
+    for p in Path(workflow.basedir).glob(pattern)
+)
 FIGURE_CAPTIONS = {
     "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
     "context": "Step time against context length per GPU, model and decode mode (median of completed sessions and 95 % interval over machines; crosses: one machine or session, no interval).",

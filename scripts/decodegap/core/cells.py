@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from decodegap.core import paths
+from decodegap.core import paths, registry
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, REPO_ROOT, load_gpus, load_models, load_yaml
 from decodegap.core.errors import ConfigError, RawFileError
 
@@ -20,10 +20,17 @@ CONFIG_SCHEMA = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def schema_with_keys(gpu_keys, model_keys) -> dict:
-    """The config schema with the gpu/model enums replaced by the keys the tables really hold."""
+    """The config schema with its key enums filled in from what really exists: the GPU and model
+    tables' keys, the attention and weight paths' unit files (decodegap.core.registry) and the
+    decode modes."""
     schema = copy.deepcopy(load_yaml(CONFIG_SCHEMA))
-    schema["$defs"]["gpu_key"]["enum"] = sorted(gpu_keys)
-    schema["$defs"]["model_key"]["enum"] = sorted(model_keys)
+    d = schema["$defs"]
+    d["gpu_key"]["enum"] = sorted(gpu_keys)
+    d["model_key"]["enum"] = sorted(model_keys)
+    d["attn_key"]["enum"] = sorted(registry.unit_names("attention"))
+    d["quant_key"]["enum"] = sorted(registry.unit_names("weights"))
+    d["mode_key"]["enum"] = list(MODE_NAMES)
+    d["ab_mode_key"]["enum"] = [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b]
     return schema
 
 
@@ -62,6 +69,12 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
                 lines.append(f"{where}: {e.message}")
         raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(lines))
     load_gpus(gpus_yaml, overrides)  # field checks on the merged GPU table
+    floor = config.get("floor") or {}
+    for i, q in enumerate(floor.get("quant") or []):
+        if floor.get("gpus") and not registry.composes_with_compile(q):
+            takes = ", ".join(n for n in registry.unit_names("weights") if registry.composes_with_compile(n))
+            raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  floor.quant.{i}: {q!r} does not compose "
+                              f"with a compiled or fused step (its kernel is not one op a graph can hold); paths that do: {takes}")
     return config
 
 

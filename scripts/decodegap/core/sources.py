@@ -15,8 +15,10 @@ from pathlib import Path
 from decodegap.core.config import REPO_ROOT
 
 # What decides a measured number: the package and the cards/GPU tables it reads.
+# Records before the two wings list scripts/decodegap/*.py; records before the attention and weight
+# paths became one file each list measure/attention.py and measure/weights.py (the globs match both).
 SOURCE_GLOBS = ("scripts/decodegap/*.py", "scripts/decodegap/core/*.py", "scripts/decodegap/measure/*.py",
-                "config/models.yaml", "config/gpus.yaml")  # records before the two wings list scripts/decodegap/*.py
+                "scripts/decodegap/measure/*/*.py", "config/models.yaml", "config/gpus.yaml")
 SOURCE_PATHSPECS = ("scripts/decodegap", "config/models.yaml", "config/gpus.yaml")  # the same, for git
 
 

@@ -11,12 +11,17 @@ import socket
 import subprocess
 import sys
 
-# Every library whose version can change a decode step's time. Absent ones are recorded as null.
-LIBRARIES = (
-    "torch", "transformers", "accelerate", "triton", "numpy", "safetensors",
-    "bitsandbytes", "torchao", "autoawq", "gptqmodel", "auto-gptq", "exllamav2",
-    "flash-attn", "flash_attn_3", "flashinfer-python", "kernels",
-)
+# Every library whose version can change a decode step's time: the stack, and each attention and
+# weight path's package (from the paths' own units). Absent ones are recorded as null.
+STACK = ("torch", "transformers", "accelerate", "triton", "numpy", "safetensors")
+
+
+def libraries() -> tuple[str, ...]:
+    from decodegap.measure.attention import PATHS as ATTENTION
+    from decodegap.measure.weights import PATHS as WEIGHTS
+
+    units = [p.package for p in ATTENTION.values()] + [p.package for p in WEIGHTS.values()]
+    return tuple(dict.fromkeys([*STACK, *units]))
 
 # NVML clock-event bits that mean the clocks were pulled down by heat or power: a session timed
 # under them is not measuring the GPU as specified.
@@ -36,7 +41,7 @@ INFO_BITS = {
 
 def library_versions() -> dict[str, str | None]:
     out = {}
-    for name in LIBRARIES:
+    for name in libraries():
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

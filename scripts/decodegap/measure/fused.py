@@ -26,25 +26,28 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from decodegap.core.config import SUPPORTED_MODEL_TYPES
 from decodegap.core.errors import CellNotPossible
 
-MODEL_TYPES = ("llama", "mistral", "qwen2")  # GQA decoders with RMSNorm, RoPE and a gated SiLU MLP
-# Weight paths whose kernel torch.compile traces without a graph break (an aten op): the others call
-# into an extension or a Triton autotuner that Dynamo cannot follow into one graph.
-COMPOSES_WITH_COMPILE = ("bf16", "int4-tinygemm")
 # The device check: relative L2 distance of the fused logits from the transformers model's, bf16
 # (summation order alone moves bf16 logits by about 1e-2 of their norm; a wrong RoPE, mask or
 # weight order moves them by their whole size).
 LOGIT_CHECK_REL_TOL = 0.1
 
 
-def composes(weights_name: str, model_type: str) -> str | None:
-    """None when the fused step can run this card with this weight path, else why not."""
-    if model_type not in MODEL_TYPES:
-        return f"the fused step covers model types {', '.join(MODEL_TYPES)}, not {model_type}"
-    if weights_name not in COMPOSES_WITH_COMPILE:
-        return (f"weight path {weights_name} does not compose with a compiled step (its kernel is not one graph for "
-                f"torch.compile); the fused and compiled modes take {', '.join(COMPOSES_WITH_COMPILE)}")
+def composes(weights, model_type: str) -> str | None:
+    """None when the fused step can run this card with this weight path (a unit of
+    decodegap.measure.weights), else why not. Every supported card is a GQA decoder with RMSNorm,
+    RoPE and a gated SiLU MLP; a weight path composes when its unit says so (its kernel is one op a
+    compiled graph can hold, not an extension or an autotuner Dynamo cannot follow)."""
+    from decodegap.measure.weights import PATHS
+
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return f"the fused step covers model types {', '.join(SUPPORTED_MODEL_TYPES)}, not {model_type}"
+    if not weights.composes_with_compile:
+        takes = ", ".join(n for n, p in PATHS.items() if p.composes_with_compile)
+        return (f"weight path {weights.name} does not compose with a compiled step (its kernel is not one graph for "
+                f"torch.compile); the fused and compiled modes take {takes}")
     return None
 
 
@@ -74,7 +77,7 @@ class FusedModel:
         import torch
 
         cfg = model.config
-        why = composes(weights.name, cfg.model_type)
+        why = composes(weights, cfg.model_type)
         if why:
             raise CellNotPossible(why)
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from decodegap.core.cells import LAYER_ARMS
 from decodegap.core.errors import CellNotPossible
+from decodegap.measure.modes import Decoder
 
 
 def layer_shapes(card, ctx: int, layout: str) -> dict:
@@ -38,7 +39,7 @@ def layer_shapes(card, ctx: int, layout: str) -> dict:
     raise ValueError(f"unknown layout {layout!r}")
 
 
-class LayerDecoder:
+class LayerDecoder(Decoder):
     """One step = the card's layers' attention calls, launched op by op."""
 
     mode = LAYER_ARMS[0]
@@ -68,9 +69,6 @@ class LayerDecoder:
     def _step(self) -> None:
         for q, k, v in zip([self.q] * self.layers, self.k, self.v):
             self.out = self.call(q, k, v)
-
-    def prepare(self) -> int:
-        return 0
 
     def launch(self) -> None:
         self._step()

@@ -1,12 +1,14 @@
 """Decode modes: how one batch-1 decode step reaches the GPU.
 
-Every mode has the same small interface, so the harness times them all alike:
+Every mode is a Decoder (below), so the session times them all alike:
     prefill(input_ids)  fill the KV cache with the prompt and pick the first token
     prepare()           mode-specific set-up after prefill (a graph capture); real steps, returned
                         as a count so the harness labels them as warm-up
     launch()            enqueue one decode step; it feeds the previous token and leaves the new one
                         on the device
     read_token()        copy the new token to the host, as a streaming consumer would (this syncs)
+    final_position()    where the next token goes: the session checks one token per step with it
+and the optional parts a mode may add to its arm of the record (`arm_record`).
 
 eager    transformers' DynamicCache, one host launch per op: what `generate` does by default.
 static   StaticCache, still one host launch per op: separates the cache's cost from the graph's.
@@ -33,13 +35,64 @@ from decodegap.core.errors import CellNotPossible
 # torch is imported inside the decoders, so the measure command can check its arguments fast.
 
 
+class Decoder:
+    """What the session asks of a decode mode. The optional parts default to "none": a mode that
+    compiles sets compile_s and compile_cache, the fused step its step_info and logit_check, a mode
+    with its own decode attention own_attention (its steps run no kernel of the cell's attention
+    path). A mode that needs the dense (unpacked) weights builds what it needs from them in
+    `from_dense`, which the session calls before the weight path packs the model."""
+
+    mode = ""
+    own_attention = False
+    compile_s: float | None = None
+    compile_cache: dict | None = None
+    step_info: dict | None = None
+    logit_check: dict | None = None
+    layers: int | None = None  # the attention microbenchmark: calls per step
+
+    @classmethod
+    def from_dense(cls, model, weights, max_cache_len: int):
+        """What this mode builds from the dense model before the weight path packs it (None: nothing)."""
+        return None
+
+    def prefill(self, input_ids) -> None:
+        raise NotImplementedError
+
+    def prepare(self) -> int:
+        return 0
+
+    def launch(self) -> None:
+        raise NotImplementedError
+
+    def read_token(self) -> int:
+        raise NotImplementedError
+
+    def final_position(self) -> int:
+        """Where the decoder's state says the next token goes: the position buffer (a graph that did
+        not advance would show here), or the cache length for the dynamic cache."""
+        return int(self.position.item())
+
+    def arm_record(self) -> dict:
+        """The optional parts, as the arm's record names them."""
+        out = {}
+        if self.layers is not None:
+            out["layers_per_step"] = self.layers
+        if self.compile_s is not None:  # compiled, fused: the compile, outside every sample
+            out.update(compile_s=self.compile_s, compile_cache=self.compile_cache)
+        if self.step_info is not None:  # fused: its backend and kernels' launch shapes
+            out["fused_step"] = self.step_info
+        if self.logit_check is not None:
+            out["logit_check"] = self.logit_check
+        return out
+
+
 def cache_kwarg(model) -> str:
     """transformers renamed `past_key_values` to `cache` (5.2x); pass whichever forward takes."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-class EagerDecoder:
+class EagerDecoder(Decoder):
     mode = "eager"
 
     def __init__(self, model, max_cache_len: int):
@@ -66,8 +119,11 @@ class EagerDecoder:
     def read_token(self) -> int:
         return int(self.next_token.item())
 
+    def final_position(self) -> int:
+        return int(self.cache.get_seq_length())
 
-class StaticDecoder:
+
+class StaticDecoder(Decoder):
     """StaticCache with fixed input buffers; the step mutates them in place so that it can be
     captured as a CUDA graph (GraphedDecoder) or launched op by op (this class)."""
 
@@ -163,7 +219,7 @@ def compile_step(fn):
     return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
-class _CompiledCapture:
+class _CompiledCapture(Decoder):
     """Compile a step function, run it once to compile (timed as `compile_s`), then capture it as
     one CUDA graph (on CUDA) after warm-up steps; prepare() returns every real step it took."""
 
@@ -225,6 +281,14 @@ class FusedDecoder(_CompiledCapture):
     mode = "fused"
     own_attention = True  # its own decode attention: no kernel of the cell's attention path is expected in a step
 
+    @classmethod
+    def from_dense(cls, model, weights, max_cache_len: int):
+        """The fused model, from the dense weights before the path packs them (it packs its joined
+        layers with the same path itself)."""
+        from decodegap.measure.fused import FusedModel
+
+        return FusedModel(model, weights, max_cache_len)
+
     def __init__(self, model, max_cache_len: int, net=None):
         import torch
 
@@ -274,7 +338,15 @@ MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecod
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 
-def make_decoder(mode: str, model, max_cache_len: int, fused_net=None):
-    if mode == "fused":
-        return FusedDecoder(model, max_cache_len, fused_net)
+def pack(model, weights, arm_modes, max_cache_len: int):
+    """The model as the weight path stores it, and what each mode built from the dense weights first
+    (Decoder.from_dense), for make_decoder."""
+    dense = {mode: MODES[mode].from_dense(model, weights, max_cache_len) for mode in arm_modes}
+    return weights.prepare(model), dense
+
+
+def make_decoder(mode: str, model, max_cache_len: int, from_dense=None):
+    """The decoder of one mode on `model`; `from_dense`: what the mode built before packing (pack())."""
+    if from_dense is not None:
+        return MODES[mode](model, max_cache_len, from_dense)
     return MODES[mode](model, max_cache_len)

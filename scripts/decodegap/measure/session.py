@@ -28,12 +28,12 @@ from pathlib import Path
 from decodegap.core import paths
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpu, load_models, lookup
 from decodegap.core.errors import CellNotPossible, ConfigError, DecodegapError, SessionExists
+from decodegap.core.cells import LAYER_ARMS
 from decodegap.core.protocol import Protocol, layer_block_steps
+from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_EXISTS, EXIT_RECORDED, classify_expected
 
 _T0 = time.perf_counter()
-EXTRA_CACHE_SLOTS = 8
-# What PyTorch's SDPA says when the pinned backend has no kernel for the shape (CUDA, then CPU).
-NO_KERNEL_MESSAGES = ("No available kernel", "No viable backend for scaled_dot_product_attention")  # static cache headroom beyond the steps a session takes
+EXTRA_CACHE_SLOTS = 8  # static cache headroom beyond the steps a session takes
 
 
 def log(msg: str) -> None:
@@ -94,29 +94,30 @@ def ab_block_order(arms: list[str], blocks_per_arm: int) -> list[str]:
     return [arms[pattern[i % 4]] for i in range(2 * blocks_per_arm)]
 
 
-def classify_expected(exc: BaseException) -> tuple[str, str] | None:
-    """(kind, message) for failures that are data, not bugs; None for anything else."""
-    import torch
-
-    if isinstance(exc, CellNotPossible):
-        return "not possible", str(exc)
-    if isinstance(exc, torch.OutOfMemoryError):
-        return "out of memory", str(exc).splitlines()[0]
-    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in NO_KERNEL_MESSAGES):
-        return "no kernel", "the attention backend has no kernel for this decode step: " + str(exc).splitlines()[0]
-    return None
-
-
 class Session:
-    """One fresh-process session: set-up, per-arm prefill and steps, then the record."""
+    """One fresh-process session of a cell, in named phases:
 
-    def __init__(self, args, gpu, card, protocol: Protocol):
+        build    the device's copy bandwidth, the card's model, what each mode needs from the dense
+                 weights, the weight path's packing, and the memory floor
+        prepare  per arm: its decoder, the prefill, the mode's own set-up (a capture, a compile)
+        time     labelled warm-up steps, then the timed steps in blocks (ABBA for two arms) with the
+                 host probe before each block
+        profile  a few more steps per arm under the profiler, never timed: kernels and GPU busy time
+
+    and `arms` holds each arm's record as the phases fill it in."""
+
+    def __init__(self, args, gpu, card, protocol: Protocol, arm_modes: list[str], attn, weights):
         self.args, self.gpu, self.card, self.protocol = args, gpu, card, protocol
+        self.arm_modes, self.attn, self.weights = arm_modes, attn, weights
         self.device = "cuda" if gpu.device == "cuda" else "cpu"
+        self.layer = arm_modes[0] in LAYER_ARMS  # the attention microbenchmark: no model, one call per layer
+        self.single = len(arm_modes) == 1
         self.phases_s: dict[str, float] = {}
         self.arms: list[dict] = []
+        self.decoders: dict = {}
         self.floor: dict | None = None
         self.cpu_probe: dict | None = None
+        self.gpu_before_timed: dict | None = None
         self.host_before_timed: dict | None = None
         self.warnings: list[str] = []  # found while measuring; judged ones are added at the end
         self.fallbacks: list[str] = []  # arms whose profiled steps ran another attention kernel than the path's
@@ -126,186 +127,182 @@ class Session:
         self.phases_s[name] = self.phases_s.get(name, 0.0) + dt
         return dt
 
-    def _max_cache_len(self, arm_modes: list[str]) -> int:
-        p = self.protocol
-        timed_per_arm = p.timed_steps if len(arm_modes) == 1 else p.ab_blocks * p.ab_block_steps
-        return self.args.ctx + 8 + p.warmup_steps + timed_per_arm + p.profile_steps + EXTRA_CACHE_SLOTS
+    @property
+    def block_steps(self) -> int:
+        return self.protocol.layer_block_steps if self.layer else self.protocol.ab_block_steps
 
-    def run(self, arm_modes: list[str], attn, weights) -> None:
+    @property
+    def timed_per_arm(self) -> int:
+        p = self.protocol
+        return p.timed_steps if self.single else p.ab_blocks * self.block_steps
+
+    @property
+    def max_cache_len(self) -> int:
+        p = self.protocol
+        timed = p.timed_steps if self.single else p.ab_blocks * p.ab_block_steps
+        return self.args.ctx + 8 + p.warmup_steps + timed + p.profile_steps + EXTRA_CACHE_SLOTS
+
+    def run(self) -> None:
         import torch
 
-        from decodegap.measure.bandwidth import copy_bandwidth_Bps
-        from decodegap.measure.cards import build_model
-        from decodegap.measure.environment import host_snapshot
+        self.build()
+        with torch.inference_mode(), self.attn.context():
+            self.prepare()
+            self.time()
+            self.profile()
+
+    def build(self) -> None:
+        import torch
+
         from decodegap.core.floor import MemoryFloor, kv_bytes
         from decodegap.core.record import floor_record
-        from decodegap.measure.anatomy import profile_steps
-        from decodegap.measure.attention import attention_kernels
-        from decodegap.core.cells import LAYER_ARMS
-        from decodegap.measure.layer import make_layer_decoder
-        from decodegap.measure.modes import make_decoder
-        from decodegap.measure.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms, timed
+        from decodegap.measure.bandwidth import copy_bandwidth_Bps
+        from decodegap.measure.cards import build_model
+        from decodegap.measure.modes import pack
         from decodegap.measure.weights import StoredWeights
 
-        args, p, seed = self.args, self.protocol, self.seed
         t = time.perf_counter()
         copy_Bps = copy_bandwidth_Bps(self.device)
         self._phase("bandwidth", t)
         log(f"bandwidth: device copy {copy_Bps / 1e9:.1f} GB/s (datasheet {self.gpu.b_peak_Bps / 1e9:.0f} GB/s)")
-
-        layer = arm_modes[0] in LAYER_ARMS  # the attention microbenchmark: no model, one call per layer
         t = time.perf_counter()
-        if layer:
-            model, stored = None, StoredWeights(0, 0, 0)
+        self.model, self.from_dense = None, {}
+        if self.layer:
+            stored = StoredWeights(0, 0, 0)
         else:
-            model = build_model(self.card, self.device, attn.attn_implementation, seed)
-            if "fused" in arm_modes:  # from the dense weights, before the path packs them (it packs the joined ones itself)
-                from decodegap.measure.fused import FusedModel
-
-                fused_net = FusedModel(model, weights, self._max_cache_len(arm_modes))
-            model = weights.prepare(model)
+            model = build_model(self.card, self.device, self.attn.attn_implementation, self.seed)
+            self.model, self.from_dense = pack(model, self.weights, self.arm_modes, self.max_cache_len)
             if self.device == "cuda":
                 torch.cuda.synchronize()
-            stored = weights.stored(model)
-        floor = MemoryFloor(
-            weight_bytes=stored.weight_bytes,
-            weight_bytes_no_embedding=stored.weight_bytes_no_embedding,
-            kv_bytes=kv_bytes(self.card.kv_bytes_per_token(), args.ctx),
-            b_peak_Bps=self.gpu.b_peak_Bps,
-            copy_bandwidth_Bps=copy_Bps,
-        )
-        self.floor = floor_record(floor, self.card.kv_bytes_per_token(), stored.param_count)
-        what = (f"attention only, {self.card.architecture['num_hidden_layers']} layers" if layer
+            stored = self.weights.stored(self.model)
+        kv_per_token = self.card.kv_bytes_per_token()
+        floor = MemoryFloor(weight_bytes=stored.weight_bytes, weight_bytes_no_embedding=stored.weight_bytes_no_embedding,
+                            kv_bytes=kv_bytes(kv_per_token, self.args.ctx), b_peak_Bps=self.gpu.b_peak_Bps, copy_bandwidth_Bps=copy_Bps)
+        self.t_floor_s = floor.t_floor_s
+        self.floor = floor_record(floor, kv_per_token, stored.param_count)
+        what = (f"attention only, {self.card.architecture['num_hidden_layers']} layers" if self.layer
                 else f"{stored.param_count / 1e9:.3f} B params, W {stored.weight_bytes / 1e9:.2f} GB")
         log(f"build: {self.card.key} {what}, K {floor.kv_bytes / 1e9:.3f} GB, t_floor {floor.t_floor_s * 1e3:.3f} ms "
             f"in {self._phase('build', t):.1f} s")
 
-        gen = torch.Generator(device=self.device).manual_seed(seed)
-        vocab = self.card.architecture["vocab_size"]
-        prompt = torch.randint(0, vocab, (1, args.ctx), generator=gen, device=self.device)
-        single = len(arm_modes) == 1
-        block_steps = p.layer_block_steps if layer else p.ab_block_steps
-        timed_per_arm = p.timed_steps if single else p.ab_blocks * block_steps
-        max_cache_len = self._max_cache_len(arm_modes)
+    def prepare(self) -> None:
+        import torch
 
-        decoders, timers, warm = {}, {}, {}
-        with torch.inference_mode(), attn.context():
-            for mode in arm_modes:
-                t = time.perf_counter()
-                if layer:
-                    dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-                    dec = make_layer_decoder(mode, self.card, attn, args.ctx, self.device, dtype, seed)
-                else:
-                    dec = make_decoder(mode, model, max_cache_len, fused_net if mode == "fused" else None)
-                _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
-                self._phase("prefill", t)
-                log(f"prefill [{mode}]: " + ("first call (compiles what compiles)" if layer else f"{args.ctx} tokens") + f" in {host_ms:.1f} ms")
-                t = time.perf_counter()
-                prepare_steps = dec.prepare()
-                if prepare_steps:
-                    log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s"
-                        + (f" (compile {dec.compile_s:.1f} s)" if getattr(dec, "compile_s", None) is not None else ""))
-                decoders[mode] = dec
-                if not layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
-                    timers[mode] = StepTimer(self.device, timed_per_arm, p.step_probe_iterations)
-                warm[mode] = StepTimer(self.device, p.warmup_steps)
-                self.arms.append(
-                    {"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps}
-                )
-                if layer:
-                    self.arms[-1]["layers_per_step"] = dec.layers
-                if getattr(dec, "compile_s", None) is not None:  # compiled, fused: the compile, outside every sample
-                    self.arms[-1]["compile_s"] = dec.compile_s
-                    self.arms[-1]["compile_cache"] = dec.compile_cache
-                if getattr(dec, "step_info", None) is not None:  # fused: its backend and kernels' launch shapes
-                    self.arms[-1]["fused_step"] = dec.step_info
-                if getattr(dec, "logit_check", None) is not None:
-                    self.arms[-1]["logit_check"] = dec.logit_check
-                    log(f"logit check [{mode}]: relative L2 {dec.logit_check['rel_l2_max']:.2e} against the model, "
-                        f"top-1 {dec.logit_check['top1_agree']}/{dec.logit_check['compared']}")
+        from decodegap.measure.layer import make_layer_decoder
+        from decodegap.measure.modes import make_decoder
+        from decodegap.measure.timing import StepTimer, timed
 
-            gc.collect()
-            gc.disable()  # a collection inside the loop would be timed as a slow step
+        gen = torch.Generator(device=self.device).manual_seed(self.seed)
+        prompt = torch.randint(0, self.card.architecture["vocab_size"], (1, self.args.ctx), generator=gen, device=self.device)
+        self.timers, self.warm = {}, {}
+        for mode in self.arm_modes:
+            t = time.perf_counter()
+            if self.layer:
+                dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+                dec = make_layer_decoder(mode, self.card, self.attn, self.args.ctx, self.device, dtype, self.seed)
+            else:
+                dec = make_decoder(mode, self.model, self.max_cache_len, self.from_dense.get(mode))
+            _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
+            self._phase("prefill", t)
+            log(f"prefill [{mode}]: " + ("first call (compiles what compiles)" if self.layer else f"{self.args.ctx} tokens") + f" in {host_ms:.1f} ms")
+            t = time.perf_counter()
+            prepare_steps = dec.prepare()
+            if prepare_steps:
+                log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s"
+                    + (f" (compile {dec.compile_s:.1f} s)" if dec.compile_s is not None else ""))
+            self.decoders[mode] = dec
+            if not self.layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
+                self.timers[mode] = StepTimer(self.device, self.timed_per_arm, self.protocol.step_probe_iterations)
+            self.warm[mode] = StepTimer(self.device, self.protocol.warmup_steps)
+            self.arms.append({"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps,
+                              **dec.arm_record()})
+            if dec.logit_check is not None:
+                log(f"logit check [{mode}]: relative L2 {dec.logit_check['rel_l2_max']:.2e} against the model, "
+                    f"top-1 {dec.logit_check['top1_agree']}/{dec.logit_check['compared']}")
+
+    def time(self) -> None:
+        from decodegap.measure.environment import host_snapshot
+        from decodegap.measure.timing import PROBE_ITERATIONS, StepTimer, cpu_probe_ms
+
+        p, modes = self.protocol, self.arm_modes
+        gc.collect()
+        gc.disable()  # a collection inside the loop would be timed as a slow step
+        try:
+            t = time.perf_counter()
+            for mode in modes:
+                for _ in range(p.warmup_steps):
+                    self.warm[mode].step(self.decoders[mode])
+            log(f"warm-up: {p.warmup_steps} labelled steps per arm in {self._phase('warmup', t):.2f} s")
+            block_steps = self.block_steps
+            if self.layer:
+                block_steps = layer_block_steps(p, [self.warm[m].host_ms() for m in modes])
+                self.timers = {m: StepTimer(self.device, p.ab_blocks * block_steps, p.step_probe_iterations) for m in modes}
+                log(f"blocks: {p.ab_blocks} x {block_steps} steps per arm")
+            self.gpu_before_timed = self.snapshot()
+            self.host_before_timed = host_snapshot()
+            t = time.perf_counter()
+            # Steps run in blocks (A/B: ABBA arms; plain modes: runs of block_steps). The CPU probe
+            # runs before each block, so every block has a reading of the host core's speed.
+            blocks: dict[str, list[int]] = {m: [] for m in modes}
+            order = [modes[0]] * -(-p.timed_steps // block_steps) if self.single else self.block_order
+            probe_ms = []
+            for block, mode in enumerate(order):
+                probe_ms.append(cpu_probe_ms())
+                timer = self.timers[mode]
+                for _ in range(min(block_steps, timer.capacity - len(timer))):
+                    timer.step(self.decoders[mode])
+                    blocks[mode].append(block)
+            self._phase("timed", t)
+            self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
+        finally:
+            gc.enable()
+        for arm in self.arms:
+            mode, dec = arm["mode"], self.decoders[arm["mode"]]
+            arm["warmup"] = self.warm[mode].samples()
+            arm["timed"] = self.timers[mode].samples()
+            arm["timed"]["block"] = blocks[mode]
+            arm["expected_position"] = self.args.ctx + arm["prepare_steps"] + p.warmup_steps + len(self.timers[mode])
+            arm["final_position"] = dec.final_position()
+            host = sorted(arm["timed"]["host_ms"])
+            median_ms = host[len(host) // 2] if host else float("nan")
+            log(f"timed [{mode}]: {len(host)} steps, median {median_ms:.3f} ms/step, R_floor {self.t_floor_s * 1e3 / median_ms:.3f}")
+
+    def profile(self) -> None:
+        """After the timed steps and their positions: never in the samples."""
+        from decodegap.measure.anatomy import profile_steps
+        from decodegap.measure.attention import attention_kernels
+
+        if not self.protocol.profile_steps:
+            return
+        t = time.perf_counter()
+        for arm in self.arms:
+            dec = self.decoders[arm["mode"]]
             try:
-                t = time.perf_counter()
-                for mode in arm_modes:
-                    for _ in range(p.warmup_steps):
-                        warm[mode].step(decoders[mode])
-                log(f"warm-up: {p.warmup_steps} labelled steps per arm in {self._phase('warmup', t):.2f} s")
-                if layer:
-                    block_steps = layer_block_steps(p, [warm[m].host_ms() for m in arm_modes])
-                    timers = {m: StepTimer(self.device, p.ab_blocks * block_steps, p.step_probe_iterations) for m in arm_modes}
-                    log(f"blocks: {p.ab_blocks} x {block_steps} steps per arm")
-                self.gpu_before_timed = self.snapshot()
-                self.host_before_timed = host_snapshot()
-                t = time.perf_counter()
-                # Steps run in blocks (A/B: ABBA arms; plain modes: runs of ab_block_steps). The CPU
-                # probe runs before each block, so every block has a reading of the host core's speed.
-                blocks: dict[str, list[int]] = {m: [] for m in arm_modes}
-                order = [arm_modes[0]] * -(-p.timed_steps // block_steps) if single else self.block_order
-                probe_ms = []
-                for block, mode in enumerate(order):
-                    probe_ms.append(cpu_probe_ms())
-                    for _ in range(min(block_steps, timers[mode].capacity - len(timers[mode]))):
-                        timers[mode].step(decoders[mode])
-                        blocks[mode].append(block)
-                self._phase("timed", t)
-                self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
-            finally:
-                gc.enable()
-
-            for arm in self.arms:
-                mode, dec = arm["mode"], decoders[arm["mode"]]
-                arm["warmup"] = warm[mode].samples()
-                arm["timed"] = timers[mode].samples()
-                arm["timed"]["block"] = blocks[mode]
-                arm["expected_position"] = args.ctx + arm["prepare_steps"] + p.warmup_steps + len(timers[mode])
-                arm["final_position"] = final_position(dec)
-                host = sorted(arm["timed"]["host_ms"])
-                median_ms = host[len(host) // 2] if host else float("nan")
-                log(
-                    f"timed [{mode}]: {len(host)} steps, median {median_ms:.3f} ms/step, "
-                    f"R_floor {floor.t_floor_s * 1e3 / median_ms:.3f}"
-                )
-
-            if p.profile_steps:  # after the timed steps and their positions: never in the samples
-                t = time.perf_counter()
-                for arm in self.arms:
-                    try:
-                        arm["anatomy"] = profile_steps(decoders[arm["mode"]], p.profile_steps, self.device)
-                    except Exception as exc:  # noqa: BLE001 - an untimed extra: its failure is recorded, the session stands
-                        arm["anatomy"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
-                        self.warnings.append(f"profiler pass failed for {arm['mode']}: {arm['anatomy']['error']}")
-                        if attn.families and self.device == "cuda":  # a pinned path whose kernel nobody saw is no measurement of it
-                            self.fallbacks.append(f"{arm['mode']}: attention kernel not verified (the profiler pass failed)")
-                        continue
-                    a = arm["anatomy"]
-                    busy = f", GPU busy {a['gpu_busy_ms_per_step']:.3f} ms" if a["gpu_busy_ms_per_step"] is not None else ""
-                    log(f"profile [{arm['mode']}]: {a['kernels_per_step']:.0f} kernels/step{busy}")
-                    if self.device == "cuda":  # which attention kernel ran: a silent fallback is no measurement of the path
-                        names = a.get("kernel_names") or {}
-                        arm["attention_kernels"] = attention_kernels(names)
-                        # a decoder with its own decode attention runs the cell's path only in its prefill
-                        own = getattr(decoders[arm["mode"]], "own_attention", False)
-                        fell_back = None if own else attn.fallback_reason(names)
-                        log(f"attention [{arm['mode']}]: " + (", ".join(arm["attention_kernels"]) or "none seen")
-                            + (f"; {fell_back}" if fell_back else ""))
-                        if fell_back:
-                            self.fallbacks.append(f"{arm['mode']}: {fell_back}")
-                self._phase("profile", t)
+                arm["anatomy"] = profile_steps(dec, self.protocol.profile_steps, self.device)
+            except Exception as exc:  # noqa: BLE001 - an untimed extra: its failure is recorded, the session stands
+                arm["anatomy"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+                self.warnings.append(f"profiler pass failed for {arm['mode']}: {arm['anatomy']['error']}")
+                if self.attn.families and self.device == "cuda":  # a pinned path whose kernel nobody saw is no measurement of it
+                    self.fallbacks.append(f"{arm['mode']}: attention kernel not verified (the profiler pass failed)")
+                continue
+            a = arm["anatomy"]
+            busy = f", GPU busy {a['gpu_busy_ms_per_step']:.3f} ms" if a["gpu_busy_ms_per_step"] is not None else ""
+            log(f"profile [{arm['mode']}]: {a['kernels_per_step']:.0f} kernels/step{busy}")
+            if self.device == "cuda":  # which attention kernel ran: a silent fallback is no measurement of the path
+                names = a.get("kernel_names") or {}
+                arm["attention_kernels"] = attention_kernels(names)
+                # a decoder with its own decode attention runs the cell's path only in its prefill
+                fell_back = None if dec.own_attention else self.attn.fallback_reason(names)
+                log(f"attention [{arm['mode']}]: " + (", ".join(arm["attention_kernels"]) or "none seen")
+                    + (f"; {fell_back}" if fell_back else ""))
+                if fell_back:
+                    self.fallbacks.append(f"{arm['mode']}: {fell_back}")
+        self._phase("profile", t)
 
     def snapshot(self):
         from decodegap.measure.environment import gpu_snapshot
 
         return gpu_snapshot(self.uuid) if self.device == "cuda" else None
-
-
-def final_position(decoder) -> int:
-    """Where the decoder's state says the next token goes: the cache length for eager, the
-    position buffer for static and graphed (a graph that did not advance would show here)."""
-    if hasattr(decoder, "position"):
-        return int(decoder.position.item())
-    return int(decoder.cache.get_seq_length())
 
 
 def main(argv=None) -> int:
@@ -344,10 +341,10 @@ def main(argv=None) -> int:
             ruled = ruled_out(env_record, args.attn, args.quant, args.mode, card.attention_layout)
     except SessionExists as exc:
         log(f"refused: {exc}")
-        return 3
+        return EXIT_EXISTS
     except DecodegapError as exc:
         log(f"error: {exc}")
-        return 2
+        return EXIT_BAD_INPUT
 
     protocol = args.protocol
     log(f"cell gpu={args.gpu} model={args.model} ctx={args.ctx} attn={args.attn} quant={args.quant} mode={args.mode} session={args.session} -> {out}")
@@ -357,7 +354,7 @@ def main(argv=None) -> int:
     from decodegap.measure.environment import device_problem, foreign_processes, gpu_processes, gpu_uuid, host_snapshot, static_environment
     from decodegap.core.protocol import judge_session
 
-    session = Session(args, gpu, card, protocol)
+    session = Session(args, gpu, card, protocol, arm_modes, attn, weights)
     if ruled:  # decided by the environment stage: record it, touch no GPU
         log(f"ruled out by {args.environment}: {ruled}")
         session.device = "cpu"
@@ -369,7 +366,7 @@ def main(argv=None) -> int:
         problem = device_problem(gpu)
         if problem:
             log(f"error: {problem}")
-            return 2
+            return EXIT_BAD_INPUT
     session.seed = args.session if args.seed is None else args.seed
     session.uuid = gpu_uuid(0) if session.device == "cuda" else None
     session.block_order = ab_block_order(arm_modes, protocol.ab_blocks)
@@ -401,7 +398,7 @@ def main(argv=None) -> int:
             if why:
                 raise CellNotPossible(why)
             attn.register()
-            session.run(arm_modes, attn, weights)
+            session.run()
     except Exception as exc:  # noqa: BLE001 - sorted into expected (data) and unexpected (raised)
         expected = classify_expected(exc)
         if expected is None:
@@ -455,7 +452,7 @@ def main(argv=None) -> int:
         write_session(record, out)
     except SessionExists as exc:
         log(f"refused: {exc}")
-        return 3
+        return EXIT_EXISTS
     root = manifest.root_of(out)
     if root is not None:  # a session of a results/raw/ tree: its line in that tree's manifest
         manifest.add([out], root)
@@ -464,5 +461,5 @@ def main(argv=None) -> int:
         Path(args.receipt).parent.mkdir(parents=True, exist_ok=True)
         Path(args.receipt).write_text(json.dumps(receipt, indent=1) + "\n")
     log(f"{record['status']}: {out}" + (f" ({'; '.join(reasons)})" if reasons else "") + f"; {outside:.1f} s outside the timed loop")
-    return 0
+    return EXIT_RECORDED
 

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from decodegap.core.config import REPO_ROOT
+from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_RECORDED, EXIT_UNEXPECTED, unsupported
 
 SCHEMA = "decodegap.environment/1"
 REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
@@ -120,21 +121,8 @@ def read_record(path: str | Path) -> dict:
     return record
 
 
-# What "cannot run here" looks like: no kernel for the call, an operation this build does not
-# implement. Anything else (out of memory, a CUDA error, a broken install) is a failure of the
-# stage itself: it writes no record, since a verdict written now would rule cells out for good.
-UNSUPPORTED_MESSAGES = ("No available kernel", "No viable backend for scaled_dot_product_attention", "not supported",
-                        "not implemented for", "no kernel image is available",
-                        # Inductor has no kernel template that fits the call (flex inside the model on the H200)
-                        "NoValidChoicesError")
-
-
 class StageError(RuntimeError):
     """The stage could not decide: nothing is recorded."""
-
-
-def unsupported(exc: BaseException) -> bool:
-    return isinstance(exc, NotImplementedError) or any(m in str(exc) for m in UNSUPPORTED_MESSAGES)
 
 
 def _verdict(exc: BaseException, what: str, package: str = "torch") -> str:
@@ -422,16 +410,16 @@ def main(argv=None) -> int:
         record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec, args.layouts)
     except DecodegapError as exc:
         log(f"error: {exc}")
-        return 2
+        return EXIT_BAD_INPUT
     except StageError as exc:
         log(f"error: {exc}; no record written")
-        return 1
+        return EXIT_UNEXPECTED
     write_record(record, args.out)
     ruled = [f"{a} ({f})" for a, v in record["attention"].items() for f, c in v["checks"].items() if not c["runs"]]
     ruled += [w for w, v in record["weights"].items() if not v["runs"]]
     log(f"wrote {args.out}: {len(record['attention'])} attention and {len(record['weights'])} weight paths; "
         + (f"ruled out: {', '.join(ruled)}" if ruled else "all run"))
-    return 0
+    return EXIT_RECORDED
 
 
 if __name__ == "__main__":
