@@ -22,8 +22,7 @@ if PLAN.measure:  # with `measure: false` no rule can even name a raw session
 
 
 include: "workflow/rules/cells.smk"
-include: "workflow/rules/figures.smk"
-include: "workflow/rules/tables.smk"
+include: "workflow/rules/artifacts.smk"
 include: "workflow/rules/report.smk"
 
 

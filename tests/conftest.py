@@ -68,6 +68,17 @@ def dry_run_jobs(workdir, *targets):
     return jobs
 
 
+def dry_run_outputs(workdir, *targets) -> set[str]:
+    """The first output of every job a dry run would execute (a rule's job is named by its output)."""
+    proc = run_snakemake(workdir, "-n", "--", *targets)
+    out = set()
+    for line in (proc.stdout + proc.stderr).splitlines():
+        line = line.strip()
+        if line.startswith("output: "):
+            out.add(line[len("output: "):].split(", ")[0])
+    return out
+
+
 def small_config(**changes):
     import copy
 
@@ -81,6 +92,8 @@ def small_config(**changes):
     config["quantization"]["gpus"] = []  # the weight-path experiment: likewise
     config["floor"]["gpus"] = []  # the floor experiment (compiled, fused): likewise
     config["stats"]["n_resamples"] = 200
+    # the synthetic sessions are 48 steps of a few ms: the analysis judges them by this protocol, not theirs
+    config["protocol"].update(min_samples=32, min_duration_s=0.0)
     config = copy.deepcopy(config)
     for key, value in changes.items():
         config[key] = value
@@ -102,6 +115,7 @@ def make_workspace(root, config=None, sessions=2, steps=48):
 
     from decodegap.analysis import synthetic
     from decodegap.core import manifest
+    from decodegap.core.protocol import Protocol, judge_session
     from decodegap.core.record import write_session
 
     root = Path(root)
@@ -112,7 +126,8 @@ def make_workspace(root, config=None, sessions=2, steps=48):
     # one flagged session: invalid, with its reason, in the h200 eager cell
     import numpy as np
 
-    rec = synthetic.record(SMALL_CELLS[0], 2, steps, np.random.default_rng(3), reasons=["unstable: eager stdev is 31.0% of the mean (limit 10%)"])
+    rec = synthetic.record(SMALL_CELLS[0], 2, steps, np.random.default_rng(3), spread=0.31)
+    rec.update(status="invalid", reasons=judge_session(rec["arms"], Protocol.from_record(rec["protocol"]), [], [])[0])
     flagged = root / "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_bf16_eager/s02.json"
     write_session(rec, flagged)
     manifest.add([flagged], root)

@@ -41,8 +41,15 @@ def test_old_records_without_host_fields_still_aggregate_with_nulls():
 
 
 @pytest.mark.parametrize("key", ["host_cpu_ms", "cpu_probe_after_ms", "block"])
-def test_a_per_step_list_of_the_wrong_length_is_refused_naming_it(key):
+def test_a_per_step_list_of_the_wrong_length_is_refused_naming_it(key, tmp_path):
+    from decodegap.analysis.aggregate import aggregate
+    from decodegap.core import manifest, paths
+    from decodegap.core.record import write_session
+
     rec = copy.deepcopy(_record())
     rec["arms"][1]["timed"][key] = rec["arms"][1]["timed"][key][:-1]
-    with pytest.raises(RawFileError, match=f"s00.json: arm graphed: .*{key} has 31"):
-        rows_of(rec, "s00.json", "sha", 4.8e12)
+    path = paths.session_path(root=tmp_path, session=0, **CELL)
+    write_session(rec, path)
+    manifest.add([path], tmp_path)
+    with pytest.raises(RawFileError, match=f"s00.json: arm graphed: {key} has 31 entries for 32 steps"):
+        aggregate([path], 4.8e12)

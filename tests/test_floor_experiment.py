@@ -69,7 +69,7 @@ def test_the_plan_measures_compiled_and_fused_per_card_context_and_path(tmp_path
                        "quant": ["bf16", "int4-tinygemm"], "modes": ["ab-graphed-compiled", "ab-graphed-fused"], "sessions": 3}
     plan = Plan(config, root=tmp_path)
     assert len(plan.floor) == 2 * 2 * 2 * 2 and all(plan.wanted[c] == 3 for c in plan.floor)
-    assert "floor" in plan.tables() and "int4-tinygemm" in plan.environment_paths("h200")[1]
+    assert plan.cell_set("floor") == plan.floor and "int4-tinygemm" in plan.environment_paths("h200")[1]
     assert plan.floor_stats("bf16") == [] and plan.floor_cells()[0]["mode"] == "ab-graphed-compiled"
 
 

@@ -75,11 +75,33 @@ GPU_RULES = {"environment", "measure"}  # the only jobs that run on a GPU type (
 
 def test_every_rule_but_the_gpu_stages_is_local_and_every_job_has_its_log():
     found = rules()
-    assert {"environment", "measure", "cell", "aggregate_all", "paper_tables", "provenance", "all"} <= set(found)
+    assert {"environment", "measure", "cells", "aggregate_all", "table", "figure", "paper_tables", "provenance", "all"} <= set(found)
     for name, body in found.items():
         assert ("localrule: True" in body) == (name not in GPU_RULES), f"rule {name}: only {sorted(GPU_RULES)} may go to a cluster"
         if name != "all":
             assert re.search(r"^    log:\n", body, re.M), f"rule {name} names no log"
+
+
+def test_tables_and_figures_are_one_wildcard_rule_each_from_one_registry():
+    """Every table and figure is an entry of decodegap.analysis.artifacts, rendered by the `table`
+    or `figure` rule: no rule per artifact, and no caption written anywhere else."""
+    from decodegap.analysis import artifacts
+
+    found = rules()
+    assert not [n for n in found if n.startswith(("table_", "figure_"))]
+    assert '"{table}"' in found["table"] and '"{figure}"' in found["figure"]
+    assert sorted((REPO / "workflow/report").glob("*.rst")) == [REPO / "workflow/report/artifact.rst"]
+    assert "snakemake.params.caption" in (REPO / "workflow/report/artifact.rst").read_text()
+    names = [a.name for a in artifacts.TABLES + artifacts.FIGURES]
+    for a in artifacts.TABLES + artifacts.FIGURES:
+        assert a.caption and a.cells in artifacts.CELL_SETS, a.name
+    assert len(set(zip(names, [a.kind for a in artifacts.TABLES + artifacts.FIGURES]))) == len(names)
+    import pytest
+    from decodegap.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown table 'publishd'"):
+        artifacts.get("table", "publishd")
+    assert artifacts.get("table", "matrix_h200")[1] == "h200"
 
 
 def test_rules_take_every_path_from_the_path_module():
@@ -115,6 +137,7 @@ def test_the_protocol_is_defined_once():
         assert spec["default"] == f.default, name
         assert spec.get("minimum") == f.metadata["minimum"] or f.metadata["exclusive_minimum"] == 0 and spec.get("minimum") == 1, name
         assert spec.get("exclusiveMinimum") == f.metadata["exclusive_minimum"] or spec.get("minimum") == 1, name
+        assert spec.get("maximum") == f.metadata["maximum"], name
     session = json.loads((REPO / "workflow/schemas/session.schema.json").read_text())["properties"]["protocol"]
     assert set(session["required"]) <= set(protocol_fields) and set(session["properties"]) <= set(protocol_fields)
     from decodegap.measure.session import parse_args

@@ -9,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SMALL_CELLS, dry_run_jobs, make_workspace, run_snakemake, small_config
+from conftest import SMALL_CELLS, dry_run_jobs, dry_run_outputs, make_workspace, run_snakemake, small_config
 from decodegap.analysis import provenance, synthetic
+from decodegap.core import manifest
 from decodegap.core.record import write_session
 
 
@@ -34,7 +35,7 @@ def test_unmeasured_cells_say_so_and_invalid_ones_carry_reasons(built_workspace)
     assert "not measured" in row_4096
     l4 = (built_workspace / "report/tables/matrix_l4.tex").read_text()
     assert "not measured" in l4  # eager on l4
-    assert "s02: unstable: eager stdev is 31.0\\% of the mean" in matrix
+    assert "s02: unstable: eager stdev is 33.7\\% of the mean" in matrix
 
 
 def test_every_number_in_the_tex_has_a_provenance_key(built_workspace):
@@ -90,13 +91,19 @@ def test_one_new_session_reruns_only_what_depends_on_it(tmp_path):
     assert dry_run_jobs(root, "report/paper_tables.tex") == {}
     time.sleep(1.1)  # mtimes must move past the outputs
     cell = SMALL_CELLS[3]  # l4 graphed
-    write_session(synthetic.record(cell, 2, 48, np.random.default_rng(9)), root / "results/raw/l4/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json")
-    jobs = dry_run_jobs(root, "report/paper_tables.tex")
-    # that cell, the L4 matrix table, the ladder (l4 is at the headline cell), the context figure,
-    # the published, anatomy, host and cost tables and figures, the combined tables and the gathering files: nothing else
-    assert jobs == {"cell": 1, "aggregate_all": 1, "table_matrix": 1, "figure_ladder": 1, "figure_context": 1,
-                    "table_published": 1, "table_anatomy": 1, "table_sensitivity": 1, "table_variance": 1, "table_floors": 1, "figure_anatomy": 1, "table_cost": 1, "figure_deployment": 1, "table_host": 1, "table_model": 1,
-                    "provenance": 1, "paper_tables": 1}
+    new = root / "results/raw/l4/qwen2.5-7b/ctx2048/sdpa_bf16_graphed/s02.json"
+    write_session(synthetic.record(cell, 2, 48, np.random.default_rng(9)), new)
+    manifest.add([new], root)  # as the commands that add sessions do
+    outputs = dry_run_outputs(root, "report/paper_tables.tex")
+    # that cell's group (l4, qwen, ctx 2048), the L4 matrix table, the ladder (l4 is at the headline
+    # cell), the context figure, the published, anatomy, host and cost tables and figures, the combined
+    # tables and the gathering files: nothing else
+    assert outputs == {"results/cells/l4/qwen2.5-7b/ctx2048", "results/aggregate/sessions.parquet", "report/tables/matrix_l4.tex",
+                       "report/figures/ladder.pdf", "report/figures/context.pdf", "report/tables/published.tex",
+                       "report/tables/anatomy.tex", "report/tables/sensitivity.tex", "report/tables/variance.tex",
+                       "report/tables/floors.tex", "report/figures/anatomy.pdf", "report/tables/cost.tex",
+                       "report/figures/deployment.pdf", "report/tables/host.tex", "report/tables/model.tex",
+                       "report/provenance.json", "report/paper_tables.tex"}
 
 
 def test_analysis_changes_never_trigger_a_measurement(tmp_path):
@@ -114,7 +121,7 @@ def test_analysis_changes_never_trigger_a_measurement(tmp_path):
     cfg["protocol"]["timed_steps"] = 64
     (root / "config.yaml").write_text(__import__("yaml").safe_dump(cfg))
     jobs = dry_run_jobs(root, "report/paper_tables.tex")
-    assert "measure" not in jobs and jobs.get("cell")  # stats rerun, nothing measured
+    assert "measure" not in jobs and jobs.get("cells")  # stats rerun, nothing measured
 
 
 def test_config_typo_fails_fast_naming_the_key(tmp_path):
@@ -135,7 +142,8 @@ def test_corrupt_raw_file_stops_the_run_naming_it(tmp_path):
     bad.write_text(bad.read_text()[:500])
     proc = run_snakemake(root, "--cores", "1", "--", "report/paper_tables.tex", check=False)
     assert proc.returncode != 0
-    assert f"{bad.relative_to(root)}: not valid JSON" in proc.stdout + proc.stderr
+    # the bytes are not the ones the manifest lists: refused before they are parsed, naming the file
+    assert f"{bad.relative_to(root)}: its sha256" in proc.stdout + proc.stderr and "git checkout --" in proc.stdout + proc.stderr
 
 
 def test_an_overridden_b_peak_is_the_one_every_artifact_divides_by(tmp_path):

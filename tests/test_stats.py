@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from decodegap.analysis import stats as stats_module
+from decodegap.analysis import bootstrap as stats_module  # the bootstrap and its intervals
 from decodegap.analysis.stats import StatsConfig, cell_stats, hierarchical_bootstrap_medians, median_with_ci, speedup_with_ci
 
 CFG = StatsConfig(n_resamples=1000, seed=1)
@@ -291,4 +291,6 @@ def test_a_gpu_seen_before_and_after_boot_ids_is_one_machine():
     sessions["gpu_uuid"] = ["GPU-a", "GPU-a", "GPU-b", "GPU-b"]
     sessions["boot_id"] = [None, "boot-1", "boot-2", "boot-3"]
     sessions["machine"] = ["GPU-a", "GPU-a/boot-1", "GPU-b/boot-2", "GPU-b/boot-3"]
-    assert stats_module.machine_labels(sessions, [0, 1, 2, 3]) == ["GPU-a", "GPU-a", "GPU-b/boot-2", "GPU-b/boot-3"]
+    from decodegap.analysis.stats import machine_labels
+
+    assert machine_labels(sessions, [0, 1, 2, 3]) == ["GPU-a", "GPU-a", "GPU-b/boot-2", "GPU-b/boot-3"]

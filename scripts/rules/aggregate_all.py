@@ -4,8 +4,8 @@ from decodegap.analysis.rulelog import run_rule
 
 
 def body():
-    concat(snakemake.input.sessions, SESSIONS_SCHEMA, snakemake.output.sessions)
-    concat(snakemake.input.steps, STEPS_SCHEMA, snakemake.output.steps)
+    concat(snakemake.params.sessions, SESSIONS_SCHEMA, snakemake.output.sessions)
+    concat(snakemake.params.steps, STEPS_SCHEMA, snakemake.output.steps)
 
 
 run_rule(snakemake, body)

@@ -1,5 +1,7 @@
-# Snakemake entry point: report/provenance.json from every table's numbers.
+# Snakemake entry point: report/provenance.json from every table's numbers, the tables' hashes and
+# every session the statistics read.
 from decodegap.analysis.provenance import build
 from decodegap.analysis.rulelog import run_rule
 
-run_rule(snakemake, lambda: build(snakemake.input.numbers, snakemake.output[0]))
+i = snakemake.input
+run_rule(snakemake, lambda: build(i.numbers, snakemake.output[0], i.tables, i.stats))

@@ -1,45 +1,46 @@
-# One job per cell: its raw sessions -> sessions/steps tables (aggregate) -> statistics (median
-# ms/step with an interval over machines, R_floor in three forms, tokens/s, cost per token,
-# variance components, filter sensitivity; for A/B cells the speedup by every estimator). One job,
-# two stages: job start-up, not the work, dominated when they were separate. A new session reruns
-# only its own cell.
+# One job per (gpu, model, ctx) group: its cells' raw sessions -> each cell's Parquet tables
+# (aggregate) and statistics (median ms/step with an interval over machines, R_floor in three forms,
+# tokens/s, cost per token, variance components, filter sensitivity; for A/B cells the speedup by
+# every estimator). One interpreter per group, not per cell: start-up, not the work, dominated.
+# A new session reruns only its own group.
 
 
-rule cell:
+rule cells:
     input:
         code=ANALYSIS_CODE,
-        raw=cell_raw_files,
-        measured=cell_receipts,
+        raw=group_raw_files,
+        measured=group_receipts,
     output:
-        sessions=paths.CELL_SESSIONS,
-        steps=paths.CELL_STEPS,
-        stats=paths.CELL_STATS,
+        cells=directory(paths.GROUP_CELLS),
+        stats=directory(paths.GROUP_STATS),
     log:
-        paths.CELL_LOG,
+        paths.GROUP_LOG,
     localrule: True
     conda:
         ANALYSIS_ENV
     params:
+        cells=group_params,
         gpu=cell_gpu_spec,
         stats=config["stats"],
+        protocol=config["protocol"],
     script:
-        "../../scripts/rules/cell.py"
+        "../../scripts/rules/cells.py"
 
 
 rule aggregate_all:
     input:
         code=ANALYSIS_CODE,
-        sessions=[c.sessions_parquet for c in PLAN.analysed()],
-        steps=[c.steps_parquet for c in PLAN.analysed()],
+        groups=PLAN_GROUP_CELL_DIRS,
     output:
-        sessions=report(
-            paths.ALL_SESSIONS, caption="../report/sessions.rst", category="Data"
-        ),
+        sessions=paths.ALL_SESSIONS,
         steps=paths.ALL_STEPS,
     log:
         paths.log("aggregate", "all"),
     localrule: True
     conda:
         ANALYSIS_ENV
+    params:
+        sessions=[c.sessions_parquet for c in PLAN.analysed()],
+        steps=[c.steps_parquet for c in PLAN.analysed()],
     script:
         "../../scripts/rules/aggregate_all.py"

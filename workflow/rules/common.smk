@@ -20,6 +20,7 @@ os.environ.update(  # set, not read: no envvars directive needed
 )
 sys.path.insert(0, SCRIPTS_DIR)
 
+from decodegap.analysis import artifacts
 from decodegap.core import paths
 from decodegap.core.errors import DecodegapError
 from decodegap.core.cells import Plan
@@ -75,40 +76,119 @@ ANALYSIS_CODE = sorted(
     )
     for p in Path(workflow.basedir).glob(pattern)
 )
-# What defines a GPU type's environment stage besides its pinned packages: the stage and the path
-# registries it checks (an input of the environment rule; the analysis code is not).
-ENVIRONMENT_CODE = sorted(
-    repo_path(p.relative_to(workflow.basedir))
-    for pattern in (
-        "scripts/decodegap/measure/setup.py",
-        "scripts/decodegap/measure/environment.py",
-        "scripts/decodegap/measure/attention/*.py",
-        "scripts/decodegap/measure/weights/*.py",
-    )
-    for p in Path(workflow.basedir).glob(pattern)
-)
-FIGURE_CAPTIONS = {
-    "ladder": "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth (filled: measured; hollow: published).",
-    "context": "Step time against context length per GPU, model and decode mode (median of completed sessions and 95 % interval over machines; crosses: one machine or session, no interval).",
-    "ab": "A/B experiments: speedup of arm B over arm A (geometric mean of per-session ratios) with its 95 % interval over machines, per scope: completed sessions, the stability rule, host-nominal steps (hollow: published).",
-    "anatomy": "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (the black tick: the graphed step).",
-    "deployment": "Latency against cost per token at batch 1, one point per GPU, mode and weight path (filled: measured; hollow: the paper's published step times at the same prices).",
-    "attention": "Attention paths at batch 1: microseconds per layer for one decode-shaped call against the KV length, per head layout; filled: replayed from a CUDA graph (kernel time), hollow and dashed: launched op by op (the larger of launch cost and kernel time); stars: the paper's H100 figures (context not stated).",
-    "quantization": "Weight paths at batch 1: the graphed step's speedup over bf16 per path and cell (bars) against the ideal speedup if the step were its memory traffic, (W_bf16 + K)/(W_q + K) (black ticks).",
-    "host": "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows the host; the graphed arm does not.",
-}
+def group_of(wildcards):
+    return paths.GROUP.format(gpu=wildcards.gpu, model=wildcards.model, ctx=wildcards.ctx)
+
+
+def group_raw_files(wildcards):
+    return [f for c in PLAN.group_cells(group_of(wildcards)) for f in PLAN.raw_files(c)]
+
+
+def group_receipts(wildcards):
+    return [r for c in PLAN.group_cells(group_of(wildcards)) for r in PLAN.receipts(c)]
+
+
+def group_params(wildcards):
+    """Each cell of the group: its keys, its recorded sessions, its measurement receipts."""
+    return [
+        {"keys": c.keys, "raw": PLAN.raw_files(c), "receipts": PLAN.receipts(c)}
+        for c in PLAN.group_cells(group_of(wildcards))
+    ]
+
+
+# The report's artifacts (decodegap.analysis.artifacts): every table (one per GPU with matrix cells
+# for a per-GPU one) and every figure, with the figures' captions for report/paper_tables.tex.
+def _artifact_names(kind):
+    out = []
+    for a in artifacts.TABLES if kind == "table" else artifacts.FIGURES:
+        if a.per_gpu:
+            gpus = PLAN.config["matrix"]["gpus"]
+            out += [
+                f"{a.name}_{g}" for g in gpus if PLAN.analysed(PLAN.cell_set(a.cells, g))
+            ]
+        else:
+            out.append(a.name)
+    return out
+
+
+TABLE_NAMES = _artifact_names("table")
+FIGURE_NAMES = _artifact_names("figure")
+TABLE_FILES = [paths.table_tex(n) for n in TABLE_NAMES]
+FIGURE_FILES = [f for n in FIGURE_NAMES for f in paths.figure(n)]
 FIGURE_LIST = [
-    {"name": n, "path": pdf, "caption": FIGURE_CAPTIONS[n]}
-    for n, (pdf, _png) in PLAN.figures().items()
+    {
+        "name": n,
+        "path": paths.figure(n)[0],
+        "caption": artifacts.get("figure", n)[0].caption,
+    }
+    for n in FIGURE_NAMES
 ]
 
 
-def cell_raw_files(wildcards):
-    return PLAN.raw_files(PLAN.cell_from_wildcards(wildcards))
+wildcard_constraints:
+    table="|".join(TABLE_NAMES) or "(?!)",
+    figure="|".join(FIGURE_NAMES) or "(?!)",
 
 
-def cell_receipts(wildcards):
-    return PLAN.receipts(PLAN.cell_from_wildcards(wildcards))
+# Every analysis job's folders of Parquet tables: what aggregate_all gathers.
+PLAN_GROUP_CELL_DIRS = [
+    paths.GROUP_CELLS.format(**cells[0].keys) for cells in PLAN.groups().values()
+]
+GROUP_STATS_DIRS = [
+    paths.GROUP_STATS.format(**cells[0].keys) for cells in PLAN.groups().values()
+]
+
+
+def _artifact(kind, wildcards):
+    return artifacts.get(kind, getattr(wildcards, kind))
+
+
+def artifact_stats(kind):
+    """The statistics files an artifact reads (those of its cell set that have data)."""
+
+    def stats(wildcards):
+        artifact, gpu = _artifact(kind, wildcards)
+        return PLAN.artifact_stats(artifact.cells, gpu)
+
+    return stats
+
+
+def artifact_cells(kind):
+    """An artifact's configured cells (a table lists every configured cell, measured or not)."""
+
+    def cells(wildcards):
+        artifact, gpu = _artifact(kind, wildcards)
+        return [c.keys for c in PLAN.cell_set(artifact.cells, gpu)]
+
+    return cells
+
+
+def artifact_caption(kind):
+    return lambda wildcards: _artifact(kind, wildcards)[0].caption
+
+
+def artifact_inputs(kind):
+    """The analysis code, the group folders holding the artifact's statistics, and the paper's
+    figures or the environment records where it reads them."""
+
+    def inputs(wildcards):
+        artifact, gpu = _artifact(kind, wildcards)
+        out = {
+            "code": ANALYSIS_CODE,
+            "stats": sorted(
+                {
+                    paths.group_of(f)
+                    for f in PLAN.artifact_stats(artifact.cells, gpu)
+                }
+            ),
+        }
+        if artifact.reference:
+            out["reference"] = REFERENCE
+        if artifact.records:
+            out["records"] = PLAN.environment_records()
+        return out
+
+    return inputs
 
 
 def measure_raw_path(wildcards):
@@ -118,14 +198,6 @@ def measure_raw_path(wildcards):
 
 def cell_gpu_spec(wildcards):
     return GPU_TABLE[wildcards.gpu]
-
-
-def matrix_stats_of_gpu(wildcards):
-    return PLAN.matrix_stats(wildcards.gpu)
-
-
-def matrix_cells_of_gpu(wildcards):
-    return [c.keys for c in PLAN.matrix if c.gpu == wildcards.gpu]
 
 
 def measure_args(wildcards):
@@ -172,6 +244,14 @@ def measure_partition(wildcards):
 
 def measure_constraint(wildcards):
     return gpu_resource(wildcards, "constraint")  # None: no -C flag
+
+
+def environment_of_gpu(wildcards):
+    """The GPU type's newest environment record (data, no rule's output), or, before its first
+    stage, the receipt of the stage that will write one."""
+    return PLAN.environment_of(wildcards.gpu) or paths.ENVIRONMENT_RECEIPT.format(
+        gpu=wildcards.gpu
+    )
 
 
 def ruled_out(wildcards, input):

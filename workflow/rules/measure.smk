@@ -1,19 +1,18 @@
-# Measurement: first the environment stage of each GPU type (one job on that GPU type: versions,
-# compile caches, and which configured attention and weight paths can run there at all), then one
-# fresh process per session. Only sessions not recorded yet are ever jobs, and a recorded session is
-# never a rule's output: Snakemake deletes the outputs of a job it (re)runs (--forceall, -R, a
-# failed job under -k, --delete-all-output), so the job's output is a receipt under
-# results/receipts/, and the measure command writes the session itself with an exclusive create
-# that can never replace a file. The Snakefile includes this file only with `measure: true`.
+# Measurement: first the environment stage of a GPU type that has no record yet (one job on that GPU
+# type: versions, compile caches, and which configured attention and weight paths can run there at
+# all), then one fresh process per session. Only sessions not recorded yet are ever jobs. Neither a
+# session nor an environment record is ever a rule's output: Snakemake deletes the outputs of a job
+# it (re)runs (--forceall, -R, a failed job under -k, --delete-all-output), so each job outputs a
+# receipt under results/receipts/, and the command writes the data itself with an exclusive create
+# that can never replace a file. A GPU type with a record never stages again on its own (no file
+# time can make it): `snakemake --config measure=true -- results/receipts/environment/<gpu>.json`
+# asks for a new stage, whose record then joins the old ones. The Snakefile includes this file only
+# with `measure: true`.
 
 
 rule environment:
-    input:
-        # the environment's definition, never the analysis code: editing a table does not rerun it
-        requirements=repo_path("envs/measure-requirements.txt"),
-        code=ENVIRONMENT_CODE,
     output:
-        paths.ENVIRONMENT_RECORD,
+        paths.ENVIRONMENT_RECEIPT,
     log:
         paths.log("environment", "{gpu}"),
     conda:
@@ -31,14 +30,16 @@ rule environment:
         quant=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[1]),
         layouts=lambda wildcards: " ".join(PLAN.environment_layouts(wildcards.gpu)),
         gpu=environment_args,
+        out_dir=paths.ENVIRONMENT_ROOT,
     shell:
         "python -m decodegap.measure.setup --gpu {wildcards.gpu} --attn {params.attn} --quant {params.quant}"
-        " --layouts {params.layouts} {params.gpu} --out {output} > {log} 2>&1"
+        " --layouts {params.layouts} {params.gpu} --out-dir {params.out_dir} --receipt {output} > {log} 2>&1"
 
 
 rule measure:
     input:
-        env=paths.ENVIRONMENT_RECORD,
+        # the GPU type's newest environment record; before its first stage, the stage's receipt
+        env=environment_of_gpu,
     output:
         receipt=paths.MEASURE_RECEIPT,
     log:

@@ -12,8 +12,12 @@ B_peak of the analysis config, the one value every artifact of a report uses (a 
 figure needs no re-measurement); measured_b_peak_Bps and measured_t_floor_s keep what the
 measurement itself saw, as provenance.
 
-A corrupt, truncated or foreign raw file, or one filed under another cell's folder, stops the run
-with an error naming the file.
+A raw file stops the run with an error naming it when it is not the file the manifest lists (not
+listed, or other bytes), corrupt, truncated or foreign, filed under another cell's folder, from a
+CUDA GPU type without a GPU UUID, or holding the same samples as another session. Validity is
+judged by the analysis config's protocol, never by a looser one a record states
+(decodegap.core.record.rejudge): `status` and `reasons` are the analysis's verdict, and a verdict
+that differs from the record's own is said in `warnings`.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from decodegap.core.sources import sha256_file
+import hashlib
+
+from decodegap.core import manifest
 from decodegap.core.errors import RawFileError
 from decodegap.core.floor import MemoryFloor
-from decodegap.core.record import machine_id, read_filed_session
+from decodegap.core.protocol import Protocol
+from decodegap.core.record import analysis_problems, filed_problem, machine_id, parse_session, read_bytes, rejudge, samples_fingerprints
 
 _KEY = pa.dictionary(pa.int32(), pa.string())
 CELL_FIELDS = [
@@ -137,14 +144,19 @@ def anatomy_columns(anatomy: dict | None) -> dict:
             "host_ops_json": json.dumps(anatomy["host_ops"]), "kernels_json": json.dumps(anatomy["kernels"])}
 
 
-def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> tuple[list[dict], list[dict]]:
+def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float, verdict: tuple[str, list[str]] | None = None) -> tuple[list[dict], list[dict]]:
+    """The record's rows; `verdict` (status, reasons): the analysis's own, where it judged the record."""
     cell = {**record["cell"], "session": record["session"]}
     floor = record.get("floor") or {}
     env, code = record["environment"], record["code"]
+    status, reasons = verdict or (record["status"], record["reasons"])
+    warnings = list(record["warnings"])
+    if status != record["status"]:
+        warnings.append(f"judged {status} under the analysis config's protocol (the record says {record['status']})")
     common = {
-        "status": record["status"],
-        "reasons": "; ".join(record["reasons"]),
-        "warnings": "; ".join(record["warnings"]),
+        "status": status,
+        "reasons": "; ".join(reasons),
+        "warnings": "; ".join(warnings),
         "error_kind": (record.get("error") or {}).get("kind"),
         "seed": record["seed"],
         **{k: floor.get(k) for k in ("param_count", "weight_bytes", "weight_bytes_no_embedding", "kv_bytes", "copy_bandwidth_Bps")},
@@ -188,12 +200,7 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
                 "logit_rel_l2": (arm.get("logit_check") or {}).get("rel_l2_max"),
             }
         )
-        n = len(host)
-        per_step = ("device_ms", "host_cpu_ms", "tokens", "block", "cpu_probe_before_ms", "cpu_probe_after_ms")
-        short = [k for k in per_step if timed.get(k) is not None and len(timed[k]) != n]
-        if short or ("cpu_probe_before_ms" in timed) != ("cpu_probe_after_ms" in timed):
-            raise RawFileError(f"{path}: arm {arm['mode']}: per-step lists disagree with host_ms ({n} steps): "
-                               + (", ".join(f"{k} has {len(timed[k])}" for k in short) or "one of the step probes is missing"))
+        n = len(host)  # every per-step list has n entries (decodegap.core.record.analysis_problems)
         blocks = timed.get("block") or [None] * n
         block_probe = record.get("cpu_probe") or {}
         per_block = [ms * 1e6 / block_probe["iterations"] for ms in block_probe.get("ms_before_block") or []]
@@ -209,18 +216,53 @@ def rows_of(record: dict, path: str | Path, sha256: str, b_peak_Bps: float) -> t
     return sessions, steps
 
 
-def aggregate(raw_files: list[str | Path], b_peak_Bps: float) -> tuple[pa.Table, pa.Table]:
-    """One cell's raw sessions as its sessions and steps tables; b_peak_Bps: the analysis config's."""
+def read_checked(path: str | Path, gpu_device: str | None, listed_by_root: dict) -> tuple[dict, str]:
+    """A session as the analysis takes it, and its sha256: the bytes the manifest of its tree lists
+    (results/raw.sha256 beside its results/raw/), every check of decodegap.core.record, filed under its
+    own cell, and what the analysis refuses beyond the schema (analysis_problems)."""
+    root = manifest.root_of(path)
+    if root is None:
+        raise RawFileError(f"{path}: not under a results/raw/ tree; sessions are read only where a manifest lists them")
+    data = read_bytes(path)
+    sha = hashlib.sha256(data).hexdigest()
+    if root not in listed_by_root:
+        listed_by_root[root] = manifest.read(root)
+    manifest.expect(path, data, sha, listed_by_root[root], root)
+    record = parse_session(data, path)
+    why = filed_problem(record, path)
+    if why:
+        raise RawFileError(f"{path}: {why}")
+    problems = analysis_problems(record, gpu_device)
+    if problems:
+        raise RawFileError(f"{path}: " + "; ".join(problems))
+    return record, sha
+
+
+def aggregate(raw_files: list[str | Path], b_peak_Bps: float, protocol: Protocol | None = None, gpu_device: str | None = "cuda",
+              seen_samples: dict | None = None) -> tuple[pa.Table, pa.Table]:
+    """One cell's raw sessions as its sessions and steps tables. b_peak_Bps: the analysis config's;
+    protocol: the analysis config's, which judges every session (None: the protocol's defaults);
+    gpu_device: the cell's GPU type's device (cuda: its timed sessions need a GPU UUID);
+    seen_samples: sample fingerprints already read (a group of cells shares one: a session's
+    samples filed under a second session, even of another cell, are refused)."""
+    protocol = protocol or Protocol()
     sessions, steps = [], []
     seen: dict[tuple, str] = {}
+    seen_samples = {} if seen_samples is None else seen_samples
+    listed: dict = {}
     for path in sorted(raw_files, key=lambda p: Path(p).as_posix()):
-        record = read_filed_session(path)
+        record, sha = read_checked(path, gpu_device, listed)
         key = (*record["cell"].values(), record["session"])
         if key in seen:
             raise RawFileError(f"{path}: session {record['session']} of this cell is also recorded in {seen[key]}; "
                                "one session, one file")
         seen[key] = Path(path).as_posix()
-        s, t = rows_of(record, path, sha256_file(path), b_peak_Bps)
+        for fp in samples_fingerprints(record):
+            if fp in seen_samples:
+                raise RawFileError(f"{path}: its samples are identical to those of {seen_samples[fp]}: the same session's "
+                                   "steps filed twice count it twice; remove the copy")
+            seen_samples[fp] = Path(path).as_posix()
+        s, t = rows_of(record, path, sha, b_peak_Bps, rejudge(record, protocol))
         sessions += s
         steps += t
     return pa.Table.from_pylist(sessions, schema=SESSIONS_SCHEMA), pa.Table.from_pylist(steps, schema=STEPS_SCHEMA)

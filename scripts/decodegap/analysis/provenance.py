@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,13 @@ def _raw_files(stats: dict, entry: dict) -> list[dict]:
     ]
 
 
-def build(number_files, out: str | Path) -> dict:
+DGNUM = re.compile(r"\\dgnum\{([^{}]*)\}\{([^{}]*)\}")
+
+
+def build(number_files, out: str | Path, table_files=(), stats_dirs=()) -> dict:
+    """report/provenance.json: every rendered number with its lineage; the sha256 of each table as
+    rendered (`check` names any number edited since); and every session the report read, with its
+    sha256 (`check` says when sessions were added or changed since: a stale report)."""
     numbers, stats_cache = {}, {}
 
     def stats_of(path):
@@ -98,7 +105,13 @@ def build(number_files, out: str | Path) -> dict:
                 raw = list({r["path"]: r for st, e in sources for r in _raw_files(st, e)}.values())
                 numbers[key] = {**entry, "raw_files": raw, "stats_config": stats["config"], "time_source": stats["time_source"],
                                 "rule_chain": rule_chain(entry["table"])}
-    doc = {"schema": SCHEMA, "analysis_code": analysis_code(), "numbers": dict(sorted(numbers.items()))}
+    read = {}
+    for folder in stats_dirs:
+        for f in sorted(Path(folder).rglob("stats.json")):
+            for sess in stats_of(f.as_posix())["sessions"]:
+                read[sess["raw_path"]] = sess["raw_sha256"]
+    doc = {"schema": SCHEMA, "analysis_code": analysis_code(), "numbers": dict(sorted(numbers.items())),
+           "tables": {Path(t).as_posix(): sha256_file(t) for t in table_files}, "sessions_read": dict(sorted(read.items()))}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -184,8 +197,11 @@ def recompute_stats(stats_file: str) -> dict:
 
     with open(stats_file) as f:
         stats = json.load(f)
+    from decodegap.core.protocol import Protocol
+
     files = [s["raw_path"] for s in stats["sessions"]]
-    sessions, steps = aggregate(files, float(stats["gpu_spec"]["b_peak_Bps"]))
+    protocol = Protocol(**stats["protocol"]) if stats.get("protocol") else None  # the analysis config's, as it judged them
+    sessions, steps = aggregate(files, float(stats["gpu_spec"]["b_peak_Bps"]), protocol, stats["gpu_spec"].get("device", "cuda"))
     cfg = StatsConfig(**stats["config"], time_source=stats["time_source"])
     return {**cell_stats(*frames(sessions, steps), stats["cell"], stats["gpu_spec"], cfg), "_file": stats_file}
 
@@ -258,11 +274,15 @@ def lineage(doc: dict, key: str, do_recompute: bool = False) -> int:
 
 
 def check(doc: dict | None, root: str | Path = ".") -> int:
-    """Every file under results/raw/ against the committed manifest (added, changed, missing), then
-    every raw file behind a rendered number against the hash the report recorded."""
+    """Is the report what the data and the analysis make it? Every data file against the committed
+    manifest (added, changed, missing, links); no two sessions holding the same samples; the report
+    against the sessions now configured (one it did not read, or read with other bytes, makes it
+    stale, e.g. after `snakemake --touch`); every raw file behind a number against the hash the
+    report used; every table against its rendered hash, naming any number edited since."""
     from decodegap.core import manifest
     from decodegap.core.errors import DecodegapError
 
+    root = Path(root)
     bad = []
     try:
         audit = manifest.audit(root)
@@ -275,47 +295,142 @@ def check(doc: dict | None, root: str | Path = ".") -> int:
     bad += [f"added (not in {paths.MANIFEST}): {p}" for p in audit.added]
     bad += [f"changed (sha256 differs from {paths.MANIFEST}): {p}" for p in audit.changed]
     bad += [f"missing (listed in {paths.MANIFEST}): {p}" for p in audit.missing]
-    print(f"checked {audit.checked} files under {paths.RAW_ROOT}/ against {paths.MANIFEST}: "
-          + ("all as recorded" if audit.ok else f"{len(audit.added)} added, {len(audit.changed)} changed, {len(audit.missing)} missing"))
-    if doc is not None:
+    bad += [f"not a regular file: {p}" for p in audit.odd]
+    print(f"checked {audit.checked} files under {paths.RAW_ROOT}/ and {paths.ENVIRONMENT_ROOT}/ against {paths.MANIFEST}: "
+          + ("all as recorded" if audit.ok else f"{len(audit.added)} added, {len(audit.changed)} changed, {len(audit.missing)} missing, "
+                                                  f"{len(audit.odd)} not regular files"))
+    twins = _identical_samples(root, [p for p in manifest.read(root) if p.startswith(paths.RAW_ROOT + "/")])
+    bad += twins
+    print(f"checked every session's samples against every other's: " + ("no copies" if not twins else f"{len(twins)} copies"))
+    if doc is None:
+        print(f"no report yet ({DEFAULT}): only the data were checked; build it with `snakemake report/paper_tables.tex`")
+    else:
+        bad += _stale(doc, root)
         files = {r["path"]: r["sha256"] for e in doc["numbers"].values() for r in e["raw_files"]}
         n_bad = len(bad)
         for path, sha in sorted(files.items()):
-            full = Path(root) / path
+            full = root / path
             if not full.exists():
                 bad.append(f"missing: {path} (behind a number of the report)")
             elif sha256_file(full) != sha:
                 bad.append(f"changed: {path} (the report used sha256 {sha[:16]}..., now {sha256_file(full)[:16]}...)")
         print(f"checked {len(files)} raw files behind {len(doc['numbers'])} numbers of the report: "
               + ("all unchanged" if len(bad) == n_bad else f"{len(bad) - n_bad} changed or missing"))
+        edited = _edited_tables(doc, root)
+        bad += edited
+        print(f"checked {len(doc.get('tables') or {})} tables against their rendered hashes: " + ("all as rendered" if not edited else f"{len(edited)} differ"))
     for line in bad:
         print(line, file=sys.stderr)
     return 1 if bad else 0
 
 
+def _identical_samples(root: Path, rels: list[str]) -> list[str]:
+    from decodegap.core.record import samples_fingerprints
+
+    seen, out = {}, []
+    for rel in sorted(rels):
+        try:
+            record = json.loads((root / rel).read_bytes())
+        except (OSError, ValueError):
+            continue  # unreadable: the manifest audit and the analysis say so
+        for fp in samples_fingerprints(record):
+            if fp in seen:
+                out.append(f"copied samples: {rel} holds the same step times as {seen[fp]}")
+            else:
+                seen[fp] = rel
+    return out
+
+
+def _configured_sessions(root: Path) -> list[str] | None:
+    """The session files the shipped config's cells hold now (None when the config cannot be read)."""
+    from decodegap.core.cells import Plan
+    from decodegap.core.config import load_yaml
+    from decodegap.core.errors import DecodegapError
+
+    try:
+        plan = Plan(load_yaml(root / "config" / "config.yaml"), root=root)
+    except (DecodegapError, OSError) as exc:
+        print(f"warning: the config's cells could not be listed ({exc}); the report is compared with every listed session", file=sys.stderr)
+        return None
+    return sorted({f for c in plan.cells() for f in plan.raw_files(c)})
+
+
+def _stale(doc: dict, root: Path) -> list[str]:
+    """Sessions configured now that the report did not read, or read with other bytes."""
+    from decodegap.core import manifest
+
+    read = doc.get("sessions_read")
+    if read is None:
+        return [f"{DEFAULT} predates the record of the sessions it read: rebuild it (snakemake report/paper_tables.tex)"]
+    now = _configured_sessions(root)
+    listed = manifest.read(root)
+    if now is None:
+        now = [p for p in listed if p.startswith(paths.RAW_ROOT + "/")]
+    unread = [p for p in now if p not in read]
+    other = [p for p in now if p in read and listed.get(p) not in (None, read[p])]
+    out = []
+    if unread:
+        out.append(f"stale report: {len(unread)} session(s) under {paths.RAW_ROOT}/ are not in it (first: {unread[0]}); "
+                   "rebuild with `snakemake report/paper_tables.tex` (after `snakemake --touch`, with `--forcerun cells`)")
+    out += [f"stale report: {p} was read with sha256 {read[p][:16]}..., the manifest lists {listed[p][:16]}..." for p in other]
+    return out
+
+
+def _edited_tables(doc: dict, root: Path) -> list[str]:
+    out = []
+    texts = {k: e["text"] for k, e in doc["numbers"].items()}
+    for table, sha in sorted((doc.get("tables") or {}).items()):
+        path = root / table
+        if not path.exists():
+            out.append(f"missing table: {table}")
+            continue
+        if sha256_file(path) == sha:
+            continue
+        found = dict(DGNUM.findall(path.read_text(errors="replace")))
+        changed = [f"{k}: {v!r} (provenance has {texts[k]!r})" for k, v in found.items() if k in texts and texts[k] != v]
+        unknown = [k for k in found if k not in texts]
+        detail = "; ".join(changed[:5] + [f"{k}: a number provenance never recorded" for k in unknown[:3]]) or "text other than the numbers"
+        out.append(f"edited table: {table} differs from what the report rendered ({detail}); rebuild it: snakemake -f {table}")
+    return out
+
+
 def code(raw_dirs: list[str]) -> int:
     """Group sessions by their measurement sources' hash and name the commits with exactly those
-    sources. Exit 1 when a group matches no commit in the history (code that was never committed)."""
-    from decodegap.core.sources import matching_commits
+    sources. Exit 1 when a group matches no commit in the history (code that was never committed)
+    or a record names a commit the history does not have; 2 for a folder that does not exist."""
+    from decodegap.core.sources import git, matching_commits
     from decodegap.core.record import read_session
 
+    missing = [d for d in raw_dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"error: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
     groups: dict[str, dict] = {}
+    n_sessions = 0
     for d in raw_dirs:
         for path in sorted(Path(d).rglob("s*.json")):
             c = read_session(path)["code"]
-            g = groups.setdefault(c["sources_sha256"], {"files": c["files"], "claimed": set(), "n": 0})
+            g = groups.setdefault(c["sources_sha256"], {"files": c["files"], "claimed": set(), "commits": set(), "n": 0})
             g["claimed"].add(f"{c['commit'] or 'none'}{' (dirty)' if c['dirty'] else ''} [{c['commit_origin']}]")
+            if c["commit"]:
+                g["commits"].add(c["commit"])
             g["n"] += 1
+            n_sessions += 1
+    if not n_sessions:
+        print(f"error: no session under {', '.join(raw_dirs)}", file=sys.stderr)
+        return 2
     unmatched = 0
     for sha, g in groups.items():
         found = matching_commits(g["files"])
         if found is None:
             print("no git history here: cannot match sources to commits", file=sys.stderr)
             return 2
-        unmatched += not found
+        unknown = sorted(c for c in g["commits"] if git(REPO_ROOT, "cat-file", "-e", f"{c}^{{commit}}") is None)
+        unmatched += bool(unknown) or not found
         first = ", ".join(f[:10] for f in found[-1:]) + (f" (+{len(found) - 1} later commits with the same sources)" if len(found) > 1 else "")
         print(f"sources {sha[:16]}...  {g['n']} sessions; record says {', '.join(sorted(g['claimed']))}; "
-              f"sources first committed in: {first if found else 'NO COMMIT'}")
+              f"sources first committed in: {first if found else 'NO COMMIT'}"
+              + (f"; UNKNOWN COMMIT {', '.join(unknown)} (not in this repository's history)" if unknown else ""))
     return 1 if unmatched else 0
 
 
@@ -335,7 +450,7 @@ def main(argv=None) -> int:
     if args.cmd == "code":
         return code(args.raw_dirs)
     if args.cmd == "check":
-        return check(load(args.provenance) if Path(args.provenance).exists() else None)
+        return check(load(args.provenance) if Path(args.provenance).exists() else None)  # no report: said, exit 1
     doc = load(args.provenance)
     if args.cmd == "keys":
         for key, e in doc["numbers"].items():

@@ -11,10 +11,16 @@ from decodegap.core.errors import DecodegapError
 
 
 def run_rule(snakemake, body) -> None:
+    """body() or, where it takes one argument, body(say): say(line) writes a progress line to the log."""
+    import inspect
+
     log_path = snakemake.log[0] if snakemake.log else None
     with open(log_path, "w") if log_path else contextlib.nullcontext(sys.stderr) as log:
         try:
-            body()
+            if inspect.signature(body).parameters:
+                body(lambda line: print(line, file=log, flush=True))
+            else:
+                body()
             print(f"{snakemake.rule}: done", file=log)
         except DecodegapError as exc:
             msg = f"error in rule {snakemake.rule}: {exc}"

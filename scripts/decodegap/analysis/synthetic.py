@@ -65,7 +65,7 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
         floor=floor_record(floor, card.kv_bytes_per_token(), card.param_count()), card=card, gpu=gpu,
         environment={
             "synthetic": True, "python": "synthetic", "cpu_model": "synthetic", "libraries": {"torch": "synthetic", "transformers": "synthetic"},
-            "device_type": "synthetic", "gpu": {"name": "synthetic", "driver": "synthetic", "uuid": f"synthetic-{session % 3}"},
+            "device_type": "cuda" if gpu.device == "cuda" else "cpu", "gpu": {"name": "synthetic", "driver": "synthetic", "uuid": f"synthetic-{session % 3}"},
             "gpu_start": None, "gpu_before_timed": None, "gpu_end": None, "gpu_processes": [],
             "environment_record": {"path": "synthetic", "sha256": "0" * 64, "definition_sha256": "0" * 64},
         },

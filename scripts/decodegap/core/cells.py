@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from decodegap.core import paths, registry
+from decodegap.core import manifest, paths, registry
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, REPO_ROOT, load_gpus, load_models, load_yaml
 from decodegap.core.errors import ConfigError, RawFileError
 
@@ -42,6 +42,16 @@ def _fill_defaults(schema: dict, node: dict) -> None:
             _fill_defaults(sub, node[key])
 
 
+def _non_finite(node, where: str = "") -> list[tuple[str, float]]:
+    import math
+
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _non_finite(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _non_finite(v, f"{where}.{i}")]
+    return [(where, node)] if isinstance(node, float) and not math.isfinite(node) else []
+
+
 def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) -> dict:
     """Check `config` against the schema; fill defaults; raise ConfigError naming the key."""
     import jsonschema
@@ -51,6 +61,9 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     models = load_models(models_yaml)
     schema = schema_with_keys(set(raw_gpus) | set(overrides), set(models))
     config = copy.deepcopy(config)
+    bad = _non_finite(config)
+    if bad:  # YAML's .nan and .inf pass a schema's bounds (every comparison with NaN is false): say so first
+        raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(f"{k}: {v!r} is not a finite number" for k, v in bad[:8]))
     # `--config measure=true` (and a profile's `config:` list) arrives as a string
     if isinstance(config.get("measure"), str) and config["measure"].lower() in ("true", "false", "1", "0", "yes", "no"):
         config["measure"] = config["measure"].lower() in ("true", "1", "yes")
@@ -78,7 +91,6 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
     return config
 
 
-FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention", "quantization")
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
 MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused")
 PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
@@ -129,6 +141,11 @@ class Cell:
         return paths.CELL_STATS.format(**self.keys)
 
     @property
+    def group(self) -> str:
+        """The cell's (gpu, model, ctx) group: the analysis job that summarises it."""
+        return paths.GROUP.format(gpu=self.gpu, model=self.model, ctx=self.ctx)
+
+    @property
     def sessions_parquet(self) -> str:
         return paths.CELL_SESSIONS.format(**self.keys)
 
@@ -172,6 +189,13 @@ class Plan:
         fl = self.config.get("floor") or {}
         self.floor = [Cell(g, mo, c, fl["attn"], q, md) for g in fl.get("gpus", []) for mo in fl["models"] for c in fl["ctx"]
                       for q in fl["quant"] for md in fl["modes"]]
+        self._check_contexts()
+        problems = manifest.tree_problems(self.root)
+        if problems:
+            more = f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else ""
+            raise RawFileError(f"the measured data under {self.root / 'results'} cannot be trusted as it stands "
+                               f"({len(problems)} problem(s)); nothing was read:\n  " + "\n  ".join(problems[:12]) + more)
+        self._listed = {rel for rel in manifest.read(self.root) if rel.startswith(paths.RAW_ROOT + "/")}
         self._existing: dict[Cell, list[str]] | None = None
         self.wanted = {c: m["sessions"] for c in self.matrix}
         for c, exp in self.ab.items():
@@ -183,6 +207,16 @@ class Plan:
         for c in self.floor:
             self.wanted[c] = max(self.wanted.get(c, 0), fl["sessions"])
         self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
+
+    def _check_contexts(self) -> None:
+        """Every configured cell's context fits its card's positions, with the decode steps a session takes."""
+        p = self.config["protocol"]
+        steps = max(p["timed_steps"], p["ab_blocks"] * p["ab_block_steps"])
+        headroom = 8 + p["warmup_steps"] + steps + p.get("profile_steps", 0) + 8  # as a session sizes its cache
+        for cell in dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor):
+            why = self.models[cell.model].ctx_problem(cell.ctx, 0 if cell.mode == LAYER_MODE else headroom)
+            if why:
+                raise ConfigError(f"config: cell {cell.dir}: {why}")
 
     @property
     def measure(self) -> bool:
@@ -225,6 +259,9 @@ class Plan:
         if not self.measure:
             return []
         recorded = {paths.parse_session_path(p)["session"] for p in self.existing_sessions(cell)}
+        # a session the manifest lists is recorded, even where its file went missing (the plan then
+        # stops at parse time, saying how to restore it): it is never measured again
+        recorded |= {s for s in range(self.wanted.get(cell, 0)) if cell.raw_path(s) in self._listed}
         return [s for s in range(self.wanted.get(cell, 0)) if s not in recorded]
 
     def environment_paths(self, gpu: str) -> tuple[list[str], list[str]]:
@@ -237,13 +274,21 @@ class Plan:
         """The head layouts of the cards the config runs on a GPU type: the stage checks each."""
         return sorted({self.models[c.model].attention_layout for c in self.cells() if c.gpu == gpu})
 
+    def environment_of(self, gpu: str) -> str | None:
+        """A GPU type's newest environment record (the one its new sessions run under), or None."""
+        rel = paths.current_environment(gpu, self.root)
+        return rel
+
     def environment_records(self) -> list[str]:
-        """The environment records the report's table shows: every one already written, and, when
-        measuring, the record of each GPU type with sessions to measure."""
-        written = {p.relative_to(self.root).as_posix() for p in sorted((self.root / paths.ENVIRONMENT_ROOT).glob("*.json"))}
+        """What the report's environment table shows: each GPU type's newest record, and, when
+        measuring, the stage's receipt for a GPU type with sessions to measure and no record yet."""
+        gpus = sorted({c.gpu for c in self.cells()} | {p.name.split("@")[0].removesuffix(".json")
+                                                       for p in (self.root / paths.ENVIRONMENT_ROOT).glob("*.json")})
+        out = [r for g in gpus if (r := self.environment_of(g))]
         if self.measure:
-            written |= {paths.ENVIRONMENT_RECORD.format(gpu=c.gpu) for c in self.cells() if self.missing_sessions(c)}
-        return sorted(written)
+            out += [paths.ENVIRONMENT_RECEIPT.format(gpu=g) for g in gpus
+                    if not self.environment_of(g) and any(self.missing_sessions(c) for c in self.cells() if c.gpu == g)]
+        return out
 
     def receipts(self, cell: Cell) -> list[str]:
         """The measure rule's outputs for a cell: one receipt per missing session."""
@@ -301,12 +346,34 @@ class Plan:
     def floor_stats(self, quant: str | None = None) -> list[str]:
         return [c.stats for c in self.analysed(self.floor) if quant is None or c.quant == quant]
 
-    def tables(self) -> dict[str, str]:
-        names = [f"matrix_{g}" for g in self.matrix_gpus()] + ["ab", "sensitivity", "variance", "floors", "anatomy", "host", "model", "cost", "published", "environment", "attention", "attention_step", "quantization", "floor"]
-        return {name: paths.table_tex(name) for name in names}
+    # --- the cells each artifact reads (decodegap.analysis.artifacts) --------------------------
+    def cell_set(self, name: str, gpu: str | None = None) -> list[Cell]:
+        """The configured cells of a named set, in the order the tables list them."""
+        r = self.config["report"]
+        floor_bf16 = [c for c in self.floor if c.quant == "bf16"]
+        sets = {
+            "matrix": self.matrix, "ab": list(self.ab), "matrix+ab": self.matrix + list(self.ab), "attention": self.attention,
+            "quantization": self.quantization, "floor": self.floor, "none": [],
+            "headline": [c for c in self.matrix + floor_bf16 if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]],
+            "anatomy": self.matrix + list(self.ab) + floor_bf16,
+        }
+        if name not in sets:
+            raise ConfigError(f"unknown cell set '{name}' (known: {', '.join(sets)})")
+        return [c for c in dict.fromkeys(sets[name]) if gpu is None or c.gpu == gpu]
 
-    def figures(self) -> dict[str, list[str]]:
-        return {name: paths.figure(name) for name in FIGURES}
+    def artifact_stats(self, name: str, gpu: str | None = None) -> list[str]:
+        """The statistics files of a set's cells that have something to analyse."""
+        return [c.stats for c in self.analysed(self.cell_set(name, gpu))]
+
+    def groups(self) -> dict[str, list[Cell]]:
+        """The analysed cells by (gpu, model, ctx): one analysis job each (decodegap.core.paths.GROUP)."""
+        out: dict[str, list[Cell]] = {}
+        for c in self.analysed():
+            out.setdefault(c.group, []).append(c)
+        return out
+
+    def group_cells(self, group: str) -> list[Cell]:
+        return self.groups().get(group, [])
 
     def final_targets(self) -> list[str]:
         return [paths.PAPER_TABLES, paths.PROVENANCE, paths.ALL_SESSIONS, paths.ALL_STEPS]

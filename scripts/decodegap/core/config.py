@@ -4,6 +4,7 @@ A model card's analytic shapes (parameter count, KV bytes per token) need no tor
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -26,6 +27,35 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: file not found") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+# A display name is drawn in titles, legends and table cells: longer ones make figures tens of
+# thousands of pixels wide and break LaTeX's lines.
+MAX_DISPLAY_NAME = 48
+
+
+def check_display_name(name, where: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where}.display_name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_DISPLAY_NAME:
+        raise ConfigError(f"{where}.display_name has {len(name)} characters; at most {MAX_DISPLAY_NAME} (it is drawn in figures and tables)")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{where}.display_name is not valid Unicode (a lone surrogate)") from None
+    return name
+
+
+def finite_positive(value, where: str, allow_zero: bool = False) -> float:
+    """A number that must be finite and positive (YAML's .nan and .inf pass a schema's bounds: a
+    comparison with NaN is always false)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+        raise ConfigError(f"{where} must be a finite {'non-negative' if allow_zero else 'positive'} number, got {value!r}")
+    return x
 
 
 def lookup(table: Mapping[str, Any], key: str, what: str, source: str | Path) -> Any:
@@ -63,12 +93,10 @@ class GpuSpec:
         for required in ("display_name", "b_peak_Bps"):
             if entry.get(required) is None:
                 raise ConfigError(f"{source}: gpu '{key}' lacks '{required}'")
-        try:
-            b_peak = float(entry["b_peak_Bps"])
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}: gpu '{key}'.b_peak_Bps must be a number, got {entry['b_peak_Bps']!r}") from None
-        if b_peak <= 0:
-            raise ConfigError(f"{source}: gpu '{key}'.b_peak_Bps must be positive, got {b_peak}")
+        check_display_name(entry["display_name"], f"{source}: gpu '{key}'")
+        b_peak = finite_positive(entry["b_peak_Bps"], f"{source}: gpu '{key}'.b_peak_Bps")
+        if entry.get("price_usd_per_hour") is not None:
+            finite_positive(entry["price_usd_per_hour"], f"{source}: gpu '{key}'.price_usd_per_hour")
         if entry.get("device", "cuda") not in ("cuda", "cpu"):
             raise ConfigError(f"{source}: gpu '{key}'.device must be 'cuda' or 'cpu', got {entry['device']!r}")
         fields = {k: v for k, v in entry.items() if v is not None and k != "key"}
@@ -98,6 +126,12 @@ def load_gpus(path: str | Path = GPUS_YAML, overrides: Mapping[str, Any] | None 
         raise ConfigError(f"{path}: expected a mapping of gpu keys")
     merged = {k: dict(v) if isinstance(v, Mapping) else v for k, v in table.items()}
     for key, entry in (overrides or {}).items():
+        base = table.get(key) if isinstance(table.get(key), Mapping) else None
+        if isinstance(entry, Mapping) and base is not None and "device" in entry and entry["device"] != base.get("device", "cuda"):
+            # a session filed under a GPU type ran on a device of that type: a CPU run is never an H200's
+            raise ConfigError(f"gpu '{key}'.device: {path} makes it a {base.get('device', 'cuda')!r} GPU type; an override cannot "
+                              f"make it {entry['device']!r} (sessions filed under '{key}' must run on its device; add a new GPU key "
+                              "for a stand-in)")
         if isinstance(entry, Mapping) and isinstance(merged.get(key), Mapping):
             merged[key] = {**merged[key], **entry}
             if isinstance(entry.get("slurm"), Mapping) and isinstance(table[key].get("slurm"), Mapping):
@@ -158,8 +192,15 @@ class ModelCard:
         if missing:
             raise ConfigError(f"{source}: model '{key}'.architecture lacks {missing}")
         for k in REQUIRED_ARCHITECTURE[:-1]:
-            if not isinstance(arch[k], int) or arch[k] <= 0:
+            if not isinstance(arch[k], int) or isinstance(arch[k], bool) or arch[k] <= 0:
                 raise ConfigError(f"{source}: model '{key}'.architecture.{k} must be a positive integer, got {arch[k]!r}")
+        if not isinstance(arch["tie_word_embeddings"], bool):
+            raise ConfigError(f"{source}: model '{key}'.architecture.tie_word_embeddings must be true or false, got {arch['tie_word_embeddings']!r}")
+        for k, v in arch.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{source}: model '{key}'.architecture.{k} must be a finite number, got {v!r}")
+        if entry.get("display_name") is not None:
+            check_display_name(entry["display_name"], f"{source}: model '{key}'")
         if arch["num_attention_heads"] % arch["num_key_value_heads"]:
             raise ConfigError(f"{source}: model '{key}': num_attention_heads must be a multiple of num_key_value_heads")
         return cls(
@@ -212,6 +253,16 @@ class ModelCard:
         a = self.architecture
         hq = a["num_attention_heads"]
         return f"{hq}/{a['num_key_value_heads']}/{a.get('head_dim') or a['hidden_size'] // hq}"
+
+    def ctx_problem(self, ctx: int, headroom: int = 0) -> str | None:
+        """Why a cell cannot put ctx tokens (and headroom more decode steps) in this card's cache, or None."""
+        limit = self.architecture["max_position_embeddings"]
+        if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx < 1:
+            return f"ctx must be a positive integer, got {ctx!r}"
+        if ctx + headroom > limit:
+            return (f"ctx {ctx} (+{headroom} decode positions) is beyond {self.key}'s {limit} positions "
+                    "(architecture.max_position_embeddings)")
+        return None
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """K and V of one token across all layers, as the KV cache stores them."""

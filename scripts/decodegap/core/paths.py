@@ -6,7 +6,7 @@ both take their paths from here, and nothing else builds them. Every raw session
 and each later stage mirrors the cell part of it under its own folder:
 
     results/receipts/<cell>/sNN.json                a measurement job's output (never the session)
-    results/cells/<cell>/{sessions,steps}.parquet   aggregate
+    results/cells/<cell>/{sessions,steps}.parquet   aggregate (one job per <gpu>/<model>/ctx<ctx> group)
     results/stats/<cell>/stats.json                 statistics
     results/aggregate/{sessions,steps}.parquet      every cell's tables in one
     results/provenance/<table>.json                 every number a table rendered
@@ -34,19 +34,37 @@ from pathlib import Path
 from decodegap.core.errors import ConfigError
 
 CELL = "{gpu}/{model}/ctx{ctx}/{attn}_{quant}_{mode}"
+GROUP = "{gpu}/{model}/ctx{ctx}"  # the cells of one GPU, model and context: one analysis job
 RAW_ROOT = "results/raw"
 # Snakemake patterns ({session} is the zero-padded text, e.g. "03").
 RAW_SESSION = RAW_ROOT + "/" + CELL + "/s{session}.json"
 RECEIPT_ROOT = "results/receipts"
 MEASURE_RECEIPT = RECEIPT_ROOT + "/" + CELL + "/s{session}.json"
-# The environment stage's record of one GPU type (python -m decodegap.measure.setup).
+# The environment stage's records of one GPU type (python -m decodegap.measure.setup): data, like
+# sessions, never replaced; each stage writes a new file, {gpu}@<UTC time>.json (the first, older
+# record of a type may be {gpu}.json), and the newest is the one new sessions run under. The stage's
+# job outputs a receipt naming the record it wrote, never the record.
 ENVIRONMENT_ROOT = "results/environment"
 ENVIRONMENT_RECORD = ENVIRONMENT_ROOT + "/{gpu}.json"
+ENVIRONMENT_STAMPED = ENVIRONMENT_ROOT + "/{gpu}@{stamp}.json"
+ENVIRONMENT_RECEIPT = "results/receipts/environment/{gpu}.json"
 # The manifest of every file under results/raw/ (sha256sum format), committed with the data.
 MANIFEST = "results/raw.sha256"
 CELL_SESSIONS = "results/cells/" + CELL + "/sessions.parquet"
 CELL_STEPS = "results/cells/" + CELL + "/steps.parquet"
 CELL_STATS = "results/stats/" + CELL + "/stats.json"
+GROUP_CELLS = "results/cells/" + GROUP  # one analysis job's folders: every cell of the group inside
+GROUP_STATS = "results/stats/" + GROUP
+GROUP_LOG = "logs/cells/" + GROUP + ".log"
+
+
+def group_of(cell_path: str) -> str:
+    """The group folder (results/stats/<gpu>/<model>/ctx<ctx>) a cell's file lies in."""
+    parts = Path(cell_path).parts
+    for i, part in enumerate(parts):
+        if part in ("stats", "cells") and i >= 1 and parts[i - 1] == "results":
+            return Path(*parts[: i + 4]).as_posix()
+    raise ValueError(f"{cell_path}: not a cell's file under results/stats/ or results/cells/")
 ALL_SESSIONS = "results/aggregate/sessions.parquet"
 ALL_STEPS = "results/aggregate/steps.parquet"
 PAPER_TABLES = "report/paper_tables.tex"
@@ -119,6 +137,35 @@ def parse_session_path(path: str | Path) -> dict | None:
 
 def canonical_name(session: int) -> str:
     return f"s{int(session):02d}.json"
+
+
+def environment_records(gpu: str, root: str | Path = ".") -> list[str]:
+    """A GPU type's environment records, oldest first (relative to root): {gpu}.json, then
+    {gpu}@<UTC time>.json in time order (the stamp sorts as text)."""
+    folder = Path(root) / ENVIRONMENT_ROOT
+    legacy = [folder / f"{gpu}.json"] if (folder / f"{gpu}.json").is_file() else []
+    stamped = sorted(folder.glob(f"{gpu}@*.json"))
+    return [p.relative_to(root).as_posix() for p in legacy + stamped]
+
+
+def current_environment(gpu: str, root: str | Path = ".") -> str | None:
+    """The record new sessions of a GPU type run under: its newest, or None before its first stage."""
+    records = environment_records(gpu, root)
+    return records[-1] if records else None
+
+
+def record_of(path: str | Path) -> str:
+    """An environment record's path, given the record or the stage's receipt that names it."""
+    import json
+
+    text = Path(path).read_text()
+    doc = json.loads(text)
+    if isinstance(doc, dict) and doc.get("schema") == RECEIPT_SCHEMA:
+        return doc["record"]
+    return Path(path).as_posix()
+
+
+RECEIPT_SCHEMA = "decodegap.receipt/1"
 
 
 def receipt_path(gpu: str, model: str, ctx: int, attn: str, quant: str, mode: str, session: int, root: str | Path = ".") -> Path:

@@ -18,34 +18,36 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 
 
-def _field(default, help: str, minimum=None, exclusive_minimum=None):
-    return field(default=default, metadata={"help": help, "minimum": minimum, "exclusive_minimum": exclusive_minimum})
+def _field(default, help: str, minimum=None, exclusive_minimum=None, maximum=None):
+    return field(default=default, metadata={"help": help, "minimum": minimum, "exclusive_minimum": exclusive_minimum, "maximum": maximum})
 
 
 @dataclass(frozen=True)
 class Protocol:
-    warmup_steps: int = _field(8, "labelled warm-up steps per arm, never in the samples", minimum=0)
-    timed_steps: int = _field(128, "timed steps of a single-mode session", exclusive_minimum=0)
-    ab_blocks: int = _field(8, "blocks per arm of an A/B session (order ABBA ABBA ...)", exclusive_minimum=0)
-    ab_block_steps: int = _field(16, "steps per block", exclusive_minimum=0)
+    warmup_steps: int = _field(8, "labelled warm-up steps per arm, never in the samples", minimum=0, maximum=10000)
+    timed_steps: int = _field(128, "timed steps of a single-mode session", exclusive_minimum=0, maximum=100000)
+    ab_blocks: int = _field(8, "blocks per arm of an A/B session (order ABBA ABBA ...)", exclusive_minimum=0, maximum=1000)
+    ab_block_steps: int = _field(16, "steps per block", exclusive_minimum=0, maximum=10000)
     layer_block_steps: int = _field(96, "least steps per block of a layer session (mode layer: a step is one attention call per layer, "
                                         "0.2-30 ms; a session lengthens its blocks so its fastest arm times 2 x min_duration_s)",
-                                    exclusive_minimum=0)
-    min_samples: int = _field(64, "a session with fewer timed steps per arm is invalid", exclusive_minimum=0)
-    min_duration_s: float = _field(0.2, "a session with less timed host time per arm is invalid", minimum=0)
-    max_rel_stdev: float = _field(0.10, "pyperf: a stdev of this fraction of the mean or more marks the session unstable", exclusive_minimum=0)
-    outlier_rel: float = _field(0.50, "pyperf: a min or max this fraction off the mean is a warning", exclusive_minimum=0)
-    step_probe_iterations: int = _field(2000, "CPU-speed probe loop run before and after every timed step, outside its timing (0: off)", minimum=0)
-    profile_steps: int = _field(3, "steps per arm run under the profiler after the timed ones, never timed: kernels and GPU busy time per step (0: off)", minimum=0)
+                                    exclusive_minimum=0, maximum=10000)
+    min_samples: int = _field(64, "a session with fewer timed steps per arm is invalid", exclusive_minimum=0, maximum=100000)
+    min_duration_s: float = _field(0.2, "a session with less timed host time per arm is invalid", minimum=0, maximum=3600)
+    max_rel_stdev: float = _field(0.10, "pyperf: a stdev of this fraction of the mean or more marks the session unstable", exclusive_minimum=0, maximum=1000)
+    outlier_rel: float = _field(0.50, "pyperf: a min or max this fraction off the mean is a warning", exclusive_minimum=0, maximum=1000)
+    step_probe_iterations: int = _field(2000, "CPU-speed probe loop run before and after every timed step, outside its timing (0: off)", minimum=0, maximum=10**7)
+    profile_steps: int = _field(3, "steps per arm run under the profiler after the timed ones, never timed: kernels and GPU busy time per step (0: off)", minimum=0, maximum=100)
 
     def __post_init__(self):
         for f in fields(self):
-            value, lo, ex = getattr(self, f.name), f.metadata["minimum"], f.metadata["exclusive_minimum"]
+            value, lo, ex, hi = (getattr(self, f.name), f.metadata["minimum"], f.metadata["exclusive_minimum"], f.metadata["maximum"])
             if not isinstance(value, (int, float)) or isinstance(value, bool) or (f.type == "int" and not isinstance(value, int)):
                 raise ValueError(f"protocol.{f.name} must be a{'n integer' if f.type == 'int' else ' number'}, got {value!r}")
-            if (lo is not None and not value >= lo) or (ex is not None and not value > ex):
+            if not math.isfinite(value):  # a comparison with NaN is always false: say it plainly
+                raise ValueError(f"protocol.{f.name} must be a finite number, got {value}")
+            if (lo is not None and not value >= lo) or (ex is not None and not value > ex) or (hi is not None and not value <= hi):
                 bound = f">= {lo}" if lo is not None else f"> {ex}"
-                raise ValueError(f"protocol.{f.name} must be {bound}, got {value}")
+                raise ValueError(f"protocol.{f.name} must be {bound} and <= {hi}, got {value}")
 
     def as_record(self) -> dict:
         return asdict(self)
@@ -122,12 +124,36 @@ def judge_session(arms: list[dict], protocol: Protocol, foreign: list[dict], thr
     return reasons, warnings
 
 
+SAMPLE_REASONS = ("too few samples:", "too short:", "unstable:", "not one token per step:")  # what the samples decide
+
+
+def sample_reasons(arms: list[dict], protocol: Protocol) -> list[str]:
+    """The reasons a session's own samples give under `protocol`: count, duration, spread, one token per step."""
+    out = []
+    for arm in arms:
+        out += judge_arm(arm["mode"], arm["timed"]["host_ms"], protocol)[0]
+        if arm["final_position"] != arm["expected_position"]:
+            out.append(f"not one token per step: {arm['mode']} ended at position {arm['final_position']}, "
+                       f"expected {arm['expected_position']}")
+    return out
+
+
 def contradictions(record: dict) -> list[str]:
     """Where a record's status disagrees with its own data, judged by the protocol it states: a
     record that says valid must pass every check of its samples (count, duration, spread, one token
-    per step) and carry no reason; one that says invalid must say why."""
+    per step) and carry no reason; one that says invalid must say why, and the reasons it gives about
+    its samples must be exactly those its samples give (a made-up or a dropped reason is refused)."""
+    stated = [r for r in record["reasons"] if r.startswith(SAMPLE_REASONS)]
+    protocol = Protocol.from_record(record["protocol"])
     if record["status"] == "invalid":
-        return [] if record["reasons"] else ["says invalid but gives no reason"]
+        if not record["reasons"]:
+            return ["says invalid but gives no reason"]
+        if record["arms"] and not record.get("error"):
+            computed = sample_reasons(record["arms"], protocol)
+            if sorted(computed) != sorted(stated):
+                return [f"its reasons about its samples ({'; '.join(stated) or 'none'}) are not what its samples give under its "
+                        f"own protocol ({'; '.join(computed) or 'none'})"]
+        return []
     out = []
     if record["reasons"]:
         out.append(f"says valid but lists reasons: {'; '.join(record['reasons'])}")
@@ -135,10 +161,5 @@ def contradictions(record: dict) -> list[str]:
         out.append(f"says valid but records an error: {record['error'].get('kind')}")
     if not record["arms"]:
         out.append("says valid but has no measured arm")
-    protocol = Protocol.from_record(record["protocol"])
-    for arm in record["arms"]:
-        reasons, _ = judge_arm(arm["mode"], arm["timed"]["host_ms"], protocol)
-        out += [f"says valid, but {r}" for r in reasons]
-        if arm["final_position"] != arm["expected_position"]:
-            out.append(f"says valid, but {arm['mode']} ended at position {arm['final_position']}, expected {arm['expected_position']}")
+    out += [f"says valid, but {r}" for r in sample_reasons(record["arms"], protocol)]
     return out

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -137,25 +139,96 @@ def _refuse_constant(name: str):
     raise _NonFinite(name)
 
 
-def read_session(path: str | Path) -> dict:
-    """A raw session, or RawFileError naming the file when it is unreadable, corrupt, truncated,
-    foreign, not finite (JSON's NaN and Infinity), off its schema, or when its status contradicts
-    its own samples (see validity.contradictions)."""
+@dataclass(frozen=True)
+class Limits:
+    """What a session file may be, stated once (the reader and ingest hold every file to it)."""
+
+    max_bytes: int = 16 * 2**20  # the largest bundled session is 0.35 MB; a 200 MB file is not a session
+    max_depth: int = 24  # a record nests 7 levels; JSON nested deeper is not a record
+    max_number: float = 1e18  # anything larger is no measurement (steps and bytes are bounded by the schema)
+
+
+LIMITS = Limits()
+
+
+def _walk_values(record, limits: Limits) -> str | None:
+    """Why a parsed record holds what no record can (a string that is not valid Unicode, nesting
+    past the limit, an absurd number), or None. Iterative: a deep document cannot exhaust the stack."""
+    stack = [(record, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > limits.max_depth:
+            return f"nests deeper than {limits.max_depth} levels (at {where or '<root>'})"
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not _valid_text(k):
+                    return f"holds a key that is not valid Unicode (a lone surrogate) under {where or '<root>'}"
+                stack.append((v, depth + 1, f"{where}/{k}"))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, f"{where}/{i}") for i, v in enumerate(value))
+        elif isinstance(value, str):
+            if not _valid_text(value):
+                return f"holds a string that is not valid Unicode (a lone surrogate) at {where}"
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > limits.max_number:
+            return f"holds the absurd number {value!r} at {where} (beyond {limits.max_number:g})"
+    return None
+
+
+def _valid_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def read_bytes(path: str | Path, limits: Limits = LIMITS) -> bytes:
+    """A session file's bytes, refusing links, non-regular files and files over the size limit
+    before reading them (O_NOFOLLOW: a link swapped in after a check is not followed either)."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            record = json.loads(f.read(), parse_constant=_refuse_constant)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if path.is_symlink():
+            raise RawFileError(f"{path}: a symbolic link; a session must be a regular file of the tree") from None
+        raise RawFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RawFileError(f"{path}: not a regular file; a session is one")
+        if info.st_size > limits.max_bytes:
+            raise RawFileError(f"{path}: {info.st_size} bytes, over the {limits.max_bytes} a session file may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limits.max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limits.max_bytes:
+        raise RawFileError(f"{path}: over the {limits.max_bytes} bytes a session file may have")
+    return data
+
+
+def parse_session(data: bytes, path: str | Path, limits: Limits = LIMITS) -> dict:
+    """A session from its bytes, or RawFileError naming the file when they are corrupt, truncated,
+    foreign, not finite (JSON's NaN and Infinity), not valid Unicode, nested or sized past the
+    limits, off their schema, or when the status contradicts the record's own samples."""
+    try:
+        record = json.loads(data, parse_constant=_refuse_constant)
     except _NonFinite as exc:
         raise RawFileError(f"{path}: holds {exc} where a number must be finite") from None
     except json.JSONDecodeError as exc:
         raise RawFileError(f"{path}: not valid JSON (truncated or corrupt?): {exc}") from None
     except UnicodeDecodeError:
         raise RawFileError(f"{path}: not text; not a session record") from None
-    except OSError as exc:
-        raise RawFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise RawFileError(f"{path}: nests deeper than {limits.max_depth} levels; not a session record") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA_ID:
         found = record.get("schema") if isinstance(record, dict) else type(record).__name__
+        if not isinstance(found, (str, type(None))) or (isinstance(found, str) and not _valid_text(found)):
+            found = "(not a name)"
         raise RawFileError(f"{path}: foreign schema {found!r}; expected {SCHEMA_ID!r}")
+    odd = _walk_values(record, limits)
+    if odd:
+        raise RawFileError(f"{path}: {odd}")
     errors = schema_errors(record)
     if errors:
         raise RawFileError(f"{path}: does not match {SCHEMA_ID}: " + "; ".join(errors[:5]))
@@ -166,25 +239,100 @@ def read_session(path: str | Path) -> dict:
     return record
 
 
-def read_filed_session(path: str | Path) -> dict:
-    """A session as the analysis takes it: read_session's checks, under its one canonical file name
-    (s07.json, never s7.json or s007.json beside it), and filed under its own cell's folder."""
-    record = read_session(path)
+def read_session(path: str | Path) -> dict:
+    """A raw session, checked (parse_session) after a bounded read of a regular file (read_bytes)."""
+    return parse_session(read_bytes(path), path)
+
+
+def filed_problem(record: dict, path: str | Path) -> str | None:
+    """Why a session record cannot stand at `path`: not its one canonical file name (s07.json, never
+    s7.json or s007.json beside it), or the folder of another cell."""
     if Path(path).name != paths.canonical_name(record["session"]):
-        raise RawFileError(f"{path}: holds session {record['session']}, whose one file name is "
-                           f"{paths.canonical_name(record['session'])}; a second name would count it twice")
+        return (f"holds session {record['session']}, whose one file name is {paths.canonical_name(record['session'])}; "
+                "a second name would count it twice")
     from_path = paths.parse_session_path(path)
     if from_path is not None:
         in_file = {**record["cell"], "session": record["session"]}
         if from_path != in_file:
             diff = {k: (from_path[k], in_file[k]) for k in from_path if from_path[k] != in_file[k]}
-            raise RawFileError(f"{path}: filed under another cell; (path, file) disagree on {diff}")
+            return f"filed under another cell; (path, file) disagree on {diff}"
+    return None
+
+
+def read_filed_session(path: str | Path) -> dict:
+    """A session as the analysis takes it: read_session's checks, under its canonical name and
+    filed under its own cell's folder."""
+    record = read_session(path)
+    why = filed_problem(record, path)
+    if why:
+        raise RawFileError(f"{path}: {why}")
     return record
 
 
+def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
+    """What the analysis refuses in a record its schema admits: arms that are not the cell's mode's
+    arms, per-step lists of another length than the steps, and, for a cell of a CUDA GPU type
+    (`gpu_device`, the analysis config's), timed steps from another device or with no GPU UUID (the
+    machine it ran on is the statistics' unit: it cannot be guessed from a host name)."""
+    from decodegap.core.cells import arms_of
+    from decodegap.core.errors import ConfigError
+
+    out = []
+    try:
+        expected = arms_of(record["cell"]["mode"])
+    except ConfigError as exc:
+        return [str(exc)]
+    modes = [a["mode"] for a in record["arms"]]
+    if modes and modes != expected:
+        out.append(f"its arms are {modes}, not the arms {expected} of mode {record['cell']['mode']}")
+    for arm in record["arms"]:
+        timed = arm["timed"]
+        n = len(timed["host_ms"])
+        for k in ("device_ms", "host_cpu_ms", "tokens", "block", "cpu_probe_before_ms", "cpu_probe_after_ms"):
+            if timed.get(k) is not None and len(timed[k]) != n:
+                out.append(f"arm {arm['mode']}: {k} has {len(timed[k])} entries for {n} steps")
+        if ("cpu_probe_before_ms" in timed) != ("cpu_probe_after_ms" in timed):
+            out.append(f"arm {arm['mode']}: one of the step probes is missing")
+    if record["arms"] and gpu_device == "cuda":
+        env = record["environment"]
+        if env.get("device_type") != "cuda":
+            out.append(f"timed on device {env.get('device_type')!r}, but gpu '{record['cell']['gpu']}' is a CUDA GPU type")
+        if not (env.get("gpu") or {}).get("uuid"):
+            out.append("no GPU UUID: the machine it ran on is unknown (the statistics resample machines)")
+    return out
+
+
+def samples_fingerprints(record: dict) -> list[str]:
+    """One hash per timed arm of its step times: two sessions that share one are one session's
+    samples filed twice (real step times never repeat to the nanosecond over a session)."""
+    import hashlib
+
+    out = []
+    for arm in record.get("arms") or []:
+        host = (arm.get("timed") or {}).get("host_ms") or []
+        if len(host) >= 2:
+            out.append(hashlib.sha256(json.dumps(host).encode()).hexdigest())
+    return out
+
+
+def rejudge(record: dict, protocol: Protocol) -> tuple[str, list[str]]:
+    """The record's status and reasons under `protocol` (the analysis config's), never under a
+    looser one the record states: the reasons its samples decide are judged again; the others
+    (an error, a foreign process, throttled clocks, an attention fallback) stand as recorded."""
+    from decodegap.core.protocol import SAMPLE_REASONS, sample_reasons
+
+    reasons = [r for r in record["reasons"] if not r.startswith(SAMPLE_REASONS)]
+    if record["arms"] and not record.get("error"):
+        reasons = sample_reasons(record["arms"], protocol) + reasons
+    elif not reasons:
+        reasons = list(record["reasons"])
+    return ("invalid" if reasons else "valid"), reasons
+
+
 def machine_id(environment: dict) -> str:
-    """The machine a session ran on: its GPU's UUID (else the hostname), with the host's boot id
-    where the record has one (sessions from 2026-11-29 evening on)."""
+    """The machine a session ran on: its GPU's UUID (the host name where a CPU stand-in ran it: the
+    analysis refuses a CUDA GPU type's timed session without a UUID), with the host's boot id where
+    the record has one (sessions from 2026-11-29 evening on)."""
     gpu = environment.get("gpu") or {}
     name = gpu.get("uuid") or environment.get("hostname") or "unknown"
     return f"{name}/{environment['boot_id']}" if environment.get("boot_id") else name

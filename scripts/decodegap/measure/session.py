@@ -305,12 +305,29 @@ class Session:
         return gpu_snapshot(self.uuid) if self.device == "cuda" else None
 
 
+def misfiled_out(out: Path, args) -> str | None:
+    """Why --out may not receive this session: a path under a results/raw/ tree must be the cell's
+    own canonical file (a session written into another cell's folder would block every later build)."""
+    from decodegap.core import manifest
+
+    if manifest.root_of(out) is None:
+        return None  # outside any tree: a scratch record, which ingest checks before it enters one
+    filed = paths.parse_session_path(out)
+    ours = {"gpu": args.gpu, "model": args.model, "ctx": args.ctx, "attn": args.attn, "quant": args.quant, "mode": args.mode,
+            "session": args.session}
+    if filed != ours:
+        canonical = paths.session_path(root=manifest.root_of(out), **ours).as_posix()
+        return f"--out {out}: under a results/raw/ tree a session goes to its own cell's file, {canonical}"
+    return None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t_main, age_s = time.perf_counter(), process_age_s()
     if args.environment:  # the GPU type's compile caches, set before torch and its compilers load
-        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError, KeyError):
+            args.environment = paths.record_of(args.environment)  # the record, or the stage's receipt naming it
             os.environ.update(json.loads(Path(args.environment).read_text()).get("cache_variables") or {})
     t = time.perf_counter()
     import torch  # timed here: import cost is part of a session's overhead
@@ -326,6 +343,9 @@ def main(argv=None) -> int:
             raise SessionExists(f"{out}: session already recorded; sessions are immutable (pick another --session)")
         gpu, models = load_gpu(args.gpu, args.gpus, args.gpu_spec), load_models(args.models)
         card = lookup(models, args.model, "model", args.models)
+        out_problem = misfiled_out(out, args)
+        if out_problem:
+            raise ConfigError(out_problem)
         from decodegap.measure.attention import get_attention_path
         from decodegap.core.cells import arms_of
         from decodegap.measure.weights import get_weight_path
@@ -347,6 +367,11 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
 
     protocol = args.protocol
+    headroom = 0 if arm_modes[0] in LAYER_ARMS else Session(args, gpu, card, protocol, arm_modes, attn, weights).max_cache_len - args.ctx
+    why = card.ctx_problem(args.ctx, headroom)
+    if why:
+        log(f"error: {why}")
+        return EXIT_BAD_INPUT
     log(f"cell gpu={args.gpu} model={args.model} ctx={args.ctx} attn={args.attn} quant={args.quant} mode={args.mode} session={args.session} -> {out}")
 
     from decodegap.core.record import build_record
@@ -446,6 +471,11 @@ def main(argv=None) -> int:
     errors = schema_errors(record)
     if errors:
         raise RuntimeError("record does not match its schema (a bug): " + "; ".join(errors[:5]))
+    from decodegap.core.record import analysis_problems
+
+    refused = analysis_problems(record, gpu.device)  # what the analysis would refuse is never written
+    if refused:
+        raise RuntimeError("the analysis would refuse this record (a bug): " + "; ".join(refused[:5]))
     if errors is None:
         log("schema check skipped: jsonschema not installed here")
     try:

@@ -1,7 +1,10 @@
 """The environment stage: once per GPU type, before its sessions, on that GPU type.
 
     python -m decodegap.measure.setup --gpu h200 --attn sdpa sdpa-flash --quant bf16 \
-        --out results/environment/h200.json
+        --out-dir results/environment
+
+It writes a new record, results/environment/<gpu>@<UTC time>.json, beside the GPU type's earlier
+ones (never replacing one: sessions name theirs by path and sha256), and lists it in the manifest.
 
 It records what the measurement jobs of that GPU type will run under, and decides which of the
 configured paths can run there at all:
@@ -37,7 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from decodegap.core.config import REPO_ROOT
-from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_RECORDED, EXIT_UNEXPECTED, unsupported
+from decodegap.core.errors import SessionExists
+from decodegap.core.paths import ENVIRONMENT_STAMPED, RECEIPT_SCHEMA
+from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_EXISTS, EXIT_RECORDED, EXIT_UNEXPECTED, unsupported
 
 SCHEMA = "decodegap.environment/1"
 REQUIREMENTS = REPO_ROOT / "envs" / "measure-requirements.txt"
@@ -105,10 +110,13 @@ def ruled_out(record: dict, attn: str, quant: str, mode: str, layout: str | None
 
 
 def read_record(path: str | Path) -> dict:
-    """An environment record, checked enough to be trusted: its schema tag and its fields."""
+    """An environment record (or the stage's receipt naming one), checked enough to be trusted: its
+    schema tag and its fields."""
     from decodegap.core.errors import ConfigError
+    from decodegap.core.paths import record_of
 
     try:
+        path = record_of(path)
         with open(path) as f:
             record = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
@@ -380,13 +388,31 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
     return record
 
 
-def write_record(record: dict, out: str | Path) -> None:
-    """Replace the GPU type's record at once (a refresh is allowed; a half-written one never seen)."""
+def record_path(out_dir: str | Path, gpu: str, created_utc: str) -> Path:
+    """A new record's file: {gpu}@<UTC time>.json beside the GPU type's earlier ones."""
+    stamp = created_utc.replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
+    return Path(out_dir) / Path(ENVIRONMENT_STAMPED.format(gpu=gpu, stamp=stamp)).name
+
+
+def write_record(record: dict, out: str | Path, receipt: str | Path | None = None) -> str:
+    """Write a new record atomically and read-only, never replacing one (records are data: sessions
+    name theirs by path and sha256), list it in its tree's manifest, and write the receipt naming it."""
+    from decodegap.core import manifest
+    from decodegap.core.record import write_exclusive
+    from decodegap.core.sources import sha256_file
+
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, out)
+    if out.exists():
+        raise SessionExists(f"{out}: an environment record is already there; records are never replaced "
+                            f"(a new stage writes a new file: --out-dir {out.parent})")
+    write_exclusive((json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), out)
+    root = manifest.root_of(out)
+    if root is not None:
+        manifest.add([out], root)
+    if receipt:
+        Path(receipt).parent.mkdir(parents=True, exist_ok=True)
+        Path(receipt).write_text(json.dumps({"schema": RECEIPT_SCHEMA, "record": out.as_posix(), "sha256": sha256_file(out)}, indent=1) + "\n")
+    return out.as_posix()
 
 
 def main(argv=None) -> int:
@@ -394,7 +420,11 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", required=True, help="the GPU type (a key of config/gpus.yaml) this machine is")
     p.add_argument("--attn", nargs="+", required=True, help="attention paths the config names")
     p.add_argument("--quant", nargs="+", required=True, help="weight paths the config names")
-    p.add_argument("--out", required=True, help="the record (results/environment/<gpu>.json)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out-dir", help="write a new record <gpu>@<UTC time>.json here (results/environment): the newest is the one "
+                                         "new sessions run under; earlier ones stay, as the sessions that ran under them name them")
+    where.add_argument("--out", help="write the record to exactly this new file (refused if it exists)")
+    p.add_argument("--receipt", default=None, help="after the record is written, a small JSON naming it here (the workflow's output)")
     p.add_argument("--gpus", default=None, help="GPU table (default: config/gpus.yaml)")
     p.add_argument("--gpu-spec", default=None, help="JSON object of the GPU type's fields, overriding its --gpus entry (the workflow "
                                                     "passes the user's merged table, as to every session)")
@@ -404,6 +434,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
 
+    target = Path(args.out) if args.out else None
+    if target is not None and target.exists():  # before any device time
+        log(f"refused: {target}: an environment record is already there; records are never replaced (use --out-dir)")
+        return EXIT_EXISTS
     cache_dir = Path(args.cache_dir or Path.home() / ".cache" / "decodegap" / args.gpu)
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
@@ -414,10 +448,15 @@ def main(argv=None) -> int:
     except StageError as exc:
         log(f"error: {exc}; no record written")
         return EXIT_UNEXPECTED
-    write_record(record, args.out)
+    out = args.out or record_path(args.out_dir, args.gpu, record["created_utc"])
+    try:
+        out = write_record(record, out, args.receipt)
+    except SessionExists as exc:
+        log(f"refused: {exc}")
+        return EXIT_EXISTS
     ruled = [f"{a} ({f})" for a, v in record["attention"].items() for f, c in v["checks"].items() if not c["runs"]]
     ruled += [w for w, v in record["weights"].items() if not v["runs"]]
-    log(f"wrote {args.out}: {len(record['attention'])} attention and {len(record['weights'])} weight paths; "
+    log(f"wrote {out}: {len(record['attention'])} attention and {len(record['weights'])} weight paths; "
         + (f"ruled out: {', '.join(ruled)}" if ruled else "all run"))
     return EXIT_RECORDED
 
