@@ -14,9 +14,10 @@
 # - every call adds the tree's results/raw/ to /tmp/dg, so the batch skips every session recorded
 #   there or earlier on this machine; pack() sends each finished session that the tree lacks once,
 #   in the first call that ends after it;
-# - `stage` writes the environment record (the attention paths ATTN_PATHS, the weight paths
-#   QUANT_PATHS, the cards' head layouts) unless this machine has one; `B ...` runs
-#   `python -m decodegap.measure.batch` with the shared deadline and the record.
+# - `stage` writes this machine's environment record, results/environment/<gpu>@<UTC time>.json (the
+#   attention paths ATTN_PATHS, the weight paths QUANT_PATHS, the cards' head layouts), unless this
+#   machine has staged already; `B ...` runs `python -m decodegap.measure.batch` with the shared
+#   deadline and that record.
 #
 # More sessions than one call's 10 minutes, without staging again: `daemon 'B ...; B ...' SECONDS`
 # runs the list in its own process session, which outlives the call, with a deadline SECONDS after
@@ -27,8 +28,8 @@
 # Unpack $OUT/sessions.tar.gz here and add it with `python -m decodegap.measure.ingest DIR` after
 # every call, before the next call that could land on a fresh machine: such a call skips only what
 # the tree holds, so it measures again any session still waiting here, and ingest refuses the second
-# copy. The packed environment record is this machine's; it replaces results/environment/ only when
-# it checked every path.
+# copy. The packed environment record is this machine's: ingest adds it beside the others (records are
+# data, never replaced), and the sessions of this machine name it.
 set -u
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
 GPU=${GPU:-h200}; CACHE=$HOME/.cache/decodegap/$GPU  # the GPU type, and the compile caches its stage and sessions share
@@ -61,20 +62,22 @@ pack() {
   # each session once: finished after the last pack and before this one
   touch /tmp/dg/.packing
   cd /tmp/dg && { find results -name 's*.json' -newer .packed ! -newer .packing | while read -r f; do [ -e "$TREE/$f" ] || echo "$f"; done
-    ls results/environment/*.json 2>/dev/null; } | tar czf $OUT/sessions.tar.gz -T -
+    for f in results/environment/*.json; do [ -e "$f" ] && [ ! -e "$TREE/$f" ] && echo "$f"; done; } | tar czf $OUT/sessions.tar.gz -T -
   find logs -newer .packed ! -newer .packing -type f | tar czf $OUT/logs.tar.gz -T - 2>/dev/null
   mv .packing .packed
   echo "packed $(tar tzf $OUT/sessions.tar.gz | grep -c 'raw/') sessions at +$(( $(date +%s) - START )) s"
 }
 [ -n "${DG_DAEMON:-}" ] || trap pack EXIT
-ENV=/tmp/dg/results/environment/$GPU.json
+ENV=$(cat /tmp/dg/.staged 2>/dev/null)  # this machine's record, once staged
 stage() {
-  [ -f $ENV ] && { echo "stage: record exists"; return; }
+  [ -n "$ENV" ] && [ -f "$ENV" ] && { echo "stage: this machine's record exists ($ENV)"; return; }
   t=$(date +%s)
   python3 -m decodegap.measure.setup --gpu $GPU --cache-dir $CACHE --attn ${ATTN_PATHS:-sdpa sdpa-flash sdpa-cudnn sdpa-efficient sdpa-math flex fa2 fa3 flashinfer fa4} \
-    --quant ${QUANT_PATHS:-bf16 bnb-nf4 awq-marlin gptq-exllamav2 int4-tinygemm gemlite} --layouts 28/4/128 32/8/128 --out $ENV \
-    > /tmp/dg/logs/stage.log 2>&1; rc=$?; echo "stage rc $rc in $(( $(date +%s) - t )) s"
-  grep -E "cannot run|error|checking|wrote" /tmp/dg/logs/stage.log | cut -c1-220; [ -f $ENV ] || exit 3
+    --quant ${QUANT_PATHS:-bf16 bnb-nf4 awq-marlin gptq-exllamav2 int4-tinygemm gemlite} --layouts 28/4/128 32/8/128 \
+    --out-dir /tmp/dg/results/environment --receipt /tmp/dg/stage-receipt.json > /tmp/dg/logs/stage.log 2>&1; rc=$?
+  echo "stage rc $rc in $(( $(date +%s) - t )) s"
+  grep -E "cannot run|error|checking|wrote" /tmp/dg/logs/stage.log | cut -c1-220; [ -f /tmp/dg/stage-receipt.json ] || exit 3
+  ENV=$(python3 -c 'import json; print(json.load(open("/tmp/dg/stage-receipt.json"))["record"])'); echo "$ENV" > /tmp/dg/.staged
 }
 B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
 daemon() {

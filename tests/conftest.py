@@ -150,13 +150,21 @@ def fixture_cell_stats(root, cell: dict, records) -> Path:
     from decodegap.core.config import load_gpus
     from decodegap.core.record import write_session
 
+    from dataclasses import fields
+
+    from decodegap.core import manifest
+    from decodegap.core.protocol import Protocol
+
     raw = []
     for s, rec in enumerate(records):
         path = paths.session_path(root=root, session=s, **cell)
         write_session(rec, path)
         raw.append(path)
+    manifest.add(raw, root)  # as the commands that add sessions do: the analysis reads only listed bytes
     out = Path(root) / "stats" / paths.CELL.format(**cell)
-    stats.summarize_cell(raw, cell, vars(load_gpus()[cell["gpu"]]), {}, out / "s.parquet", out / "t.parquet", out / "stats.json")
+    # judged by the protocol the fixtures were made with (a workflow judges by its config's)
+    protocol = {k: v for k, v in records[0]["protocol"].items() if k in {f.name for f in fields(Protocol)}}
+    stats.summarize_cell(raw, cell, vars(load_gpus()[cell["gpu"]]), {}, out / "s.parquet", out / "t.parquet", out / "stats.json", protocol)
     return out / "stats.json"
 
 

@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from decodegap.core import manifest
+from decodegap.core.errors import SessionExists
 import yaml
 
 from conftest import FAST, REPO, make_workspace, run_snakemake, small_config, dry_run_jobs
@@ -97,9 +100,11 @@ def test_the_workflow_runs_the_stage_first_and_gives_ruled_out_jobs_no_gpu(tmp_p
     root = tmp_path / "ws"
     root.mkdir()
     (root / "config.yaml").write_text(yaml.safe_dump(config))
-    proc = run_snakemake(root, "--cores", "1", "--printshellcmds", "--", "results/environment/cpu.json",
+    proc = run_snakemake(root, "--cores", "1", "--printshellcmds", "--", "results/receipts/environment/cpu.json",
                          "results/receipts/cpu/tiny-llama/ctx32/sdpa-cudnn_bf16_eager/s00.json")
-    record = setup.read_record(root / "results/environment/cpu.json")
+    receipt = json.loads((root / "results/receipts/environment/cpu.json").read_text())
+    assert receipt["record"].startswith("results/environment/cpu@") and receipt["record"] in manifest.read(root)
+    record = setup.read_record(root / receipt["record"])
     assert not record["attention"]["sdpa-cudnn"]["checks"]["dynamic"]["runs"]
     session = json.loads((root / "results/raw/cpu/tiny-llama/ctx32/sdpa-cudnn_bf16_eager/s00.json").read_text())
     assert session["status"] == "invalid" and session["reasons"][0].startswith("ruled out: attention path sdpa-cudnn")
@@ -108,25 +113,32 @@ def test_the_workflow_runs_the_stage_first_and_gives_ruled_out_jobs_no_gpu(tmp_p
     assert "gpu=0" in measure_job.split("\n\n")[0], measure_job[:800]  # the job asked for no GPU
 
 
-def test_analysis_code_never_reruns_the_stage_its_definition_does(tmp_path, cpu_record):
+def test_a_gpu_type_with_a_record_never_stages_again_on_its_own(tmp_path, cpu_record):
+    """Records are data: no file time (newer code, newer requirements, a fresh clone's checkout) makes
+    the stage run again for a GPU type that has one; asked for by name, a stage writes a new record
+    beside the old one, which stays."""
     root = make_workspace(tmp_path, config=small_config(measure=True))
-    for gpu in ("h200", "l4"):  # records already written, newer than their inputs
+    for gpu in ("h200", "l4"):
         rec = {**json.loads(cpu_record.read_text()), "gpu": gpu}
         setup.write_record(rec, root / f"results/environment/{gpu}.json")
+        with pytest.raises(SessionExists):  # never replaced
+            setup.write_record({**rec, "libraries": {}}, root / f"results/environment/{gpu}.json")
     jobs = dry_run_jobs(root, "report/paper_tables.tex")
     assert "environment" not in jobs and jobs.get("measure")
-    analysis, requirements = REPO / "scripts/decodegap/analysis/stats.py", REPO / "envs/measure-requirements.txt"
-    saved = {p: p.stat() for p in (analysis, requirements)}
+    code, requirements = REPO / "scripts/decodegap/measure/setup.py", REPO / "envs/measure-requirements.txt"
+    saved = {p: p.stat() for p in (code, requirements)}
     try:
         later = time.time() + 60
-        os.utime(analysis, (later, later))
+        for p in (code, requirements):
+            os.utime(p, (later, later))
         jobs = dry_run_jobs(root, "report/paper_tables.tex")
-        assert "environment" not in jobs and jobs.get("cell")  # the analysis reruns, the stage does not
-        os.utime(requirements, (later, later))
-        assert dry_run_jobs(root, "report/paper_tables.tex").get("environment") == 2  # one per GPU type measured
+        assert "environment" not in jobs and jobs.get("measure")
     finally:
         for p, st in saved.items():
             os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    asked = dry_run_jobs(root, "results/receipts/environment/h200.json")
+    assert asked == {"environment": 1}
+    assert setup.record_path(root / "results/environment", "h200", "2026-12-01T16:20:00+00:00").name == "h200@20261201T162000Z.json"
 
 
 def test_the_stage_refuses_a_machine_that_is_not_its_gpu_type(tmp_path, capsys):

@@ -81,7 +81,7 @@ def test_the_plan_has_a_cell_per_path_and_group_and_shares_bf16_cells(tmp_path):
     assert got == {(m, c, q) for q in ("bf16", "int4-tinygemm") for m, c in
                    (("qwen2.5-7b", 2048), ("llama-3.1-8b", 2048), ("qwen2.5-7b", 16384))}
     assert all(plan.wanted[c] == 3 for c in plan.quantization)
-    assert "quantization" in plan.tables() and "int4-tinygemm" in plan.environment_paths("h200")[1]
+    assert plan.cell_set("quantization") == plan.quantization and "int4-tinygemm" in plan.environment_paths("h200")[1]
 
 
 def test_the_batch_runner_takes_several_weight_paths_first_sessions_first():

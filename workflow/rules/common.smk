@@ -76,8 +76,12 @@ ANALYSIS_CODE = sorted(
     )
     for p in Path(workflow.basedir).glob(pattern)
 )
+
+
 def group_of(wildcards):
-    return paths.GROUP.format(gpu=wildcards.gpu, model=wildcards.model, ctx=wildcards.ctx)
+    return paths.GROUP.format(
+        gpu=wildcards.gpu, model=wildcards.model, ctx=wildcards.ctx
+    )
 
 
 def group_raw_files(wildcards):
@@ -104,7 +108,9 @@ def _artifact_names(kind):
         if a.per_gpu:
             gpus = PLAN.config["matrix"]["gpus"]
             out += [
-                f"{a.name}_{g}" for g in gpus if PLAN.analysed(PLAN.cell_set(a.cells, g))
+                f"{a.name}_{g}"
+                for g in gpus
+                if PLAN.analysed(PLAN.cell_set(a.cells, g))
             ]
         else:
             out.append(a.name)
@@ -176,10 +182,7 @@ def artifact_inputs(kind):
         out = {
             "code": ANALYSIS_CODE,
             "stats": sorted(
-                {
-                    paths.group_of(f)
-                    for f in PLAN.artifact_stats(artifact.cells, gpu)
-                }
+                {paths.group_of(f) for f in PLAN.artifact_stats(artifact.cells, gpu)}
             ),
         }
         if artifact.reference:

@@ -299,7 +299,7 @@ def check(doc: dict | None, root: str | Path = ".") -> int:
     print(f"checked {audit.checked} files under {paths.RAW_ROOT}/ and {paths.ENVIRONMENT_ROOT}/ against {paths.MANIFEST}: "
           + ("all as recorded" if audit.ok else f"{len(audit.added)} added, {len(audit.changed)} changed, {len(audit.missing)} missing, "
                                                   f"{len(audit.odd)} not regular files"))
-    twins = _identical_samples(root, [p for p in manifest.read(root) if p.startswith(paths.RAW_ROOT + "/")])
+    twins = _identical_samples(root, [p for p in manifest.walk(root).files if p.startswith(paths.RAW_ROOT + "/")])
     bad += twins
     print(f"checked every session's samples against every other's: " + ("no copies" if not twins else f"{len(twins)} copies"))
     if doc is None:

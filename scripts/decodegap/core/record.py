@@ -73,8 +73,12 @@ def schema_errors(record: dict) -> list[str] | None:
     validator = _validator()
     if validator is None:
         return None
-    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}" for e in errors]
+    out = []
+    for e in sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path)):
+        while e.context:  # oneOf/anyOf: the deepest error of the alternatives says what is wrong, not the whole value
+            e = max(e.context, key=lambda c: len(c.absolute_path))
+        out.append(f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:200]}")
+    return out
 
 
 def encode(record: dict) -> bytes:
@@ -233,6 +237,10 @@ def parse_session(data: bytes, path: str | Path, limits: Limits = LIMITS) -> dic
     if errors:
         raise RawFileError(f"{path}: does not match {SCHEMA_ID}: " + "; ".join(errors[:5]))
     if errors is not None:  # only a schema-checked record has the fields the check reads
+        try:
+            Protocol.from_record(record["protocol"])
+        except ValueError as exc:
+            raise RawFileError(f"{path}: states a protocol no session runs under: {exc}") from None
         wrong = contradictions(record)
         if wrong:
             raise RawFileError(f"{path}: status '{record['status']}' contradicts its own data: " + "; ".join(wrong[:5]))
