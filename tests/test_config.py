@@ -91,3 +91,33 @@ def test_reference_figures_are_sourced():
     assert by_key["r_floor.h100-sxm5.qwen2.5-7b.ctx2048"]["value"] == 0.27
     assert by_key["speedup.h100-sxm5.ctx2048.bf16.ab-eager-graphed"]["value"] == 1.259
     assert all(f["sources"] and all("quote" in s for s in f["sources"]) for f in figures)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("num_hidden_layers", True, "num_hidden_layers must be a positive integer, got True"),
+    ("num_hidden_layers", 28.0, "num_hidden_layers must be a positive integer, got 28.0"),
+    ("tie_word_embeddings", "no", "tie_word_embeddings must be true or false"),
+    ("rms_norm_eps", float("nan"), "rms_norm_eps must be a finite number"),
+])
+def test_a_card_with_a_bad_shape_names_the_key(tmp_path, field, value, message):
+    models = yaml.safe_load((REPO / "config/models.yaml").read_text())
+    models["qwen2.5-7b"]["architecture"][field] = value
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.dump(models))
+    with pytest.raises(ConfigError, match=f"model 'qwen2.5-7b'.architecture.{message}".replace("(", r"\(").replace(".", r"\.")):
+        load_models(path)
+
+
+def test_display_names_are_capped_and_ctx_must_fit_the_card(tmp_path):
+    models = yaml.safe_load((REPO / "config/models.yaml").read_text())
+    models["qwen2.5-7b"]["display_name"] = "Q" * 49
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.dump(models))
+    with pytest.raises(ConfigError, match="display_name has 49 characters; at most 48"):
+        load_models(path)
+    import copy
+
+    cfg = copy.deepcopy(CONFIG)
+    cfg["matrix"]["ctx"] = [131072]  # the card's positions, with no room for the steps a session decodes
+    with pytest.raises(ConfigError, match=r"cell h200/qwen2\.5-7b/ctx131072/sdpa_bf16_eager: ctx 131072 \(\+\d+ decode positions\) is beyond"):
+        Plan(cfg, root=REPO)
