@@ -26,7 +26,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from decodegap.analysis.latex import PREAMBLE_MACROS, environment, escape
+from decodegap.analysis.latex import PREAMBLE_MACROS, environment
 from decodegap.analysis.latex import path as latex_path
 from decodegap.core.errors import DecodegapError
 
@@ -130,7 +130,7 @@ def render_paper(table_files, figures: list[dict], out_tex, title: str | None = 
     parts = [{**s, "tables": [tables[t] for t in s["tables"]], "figures": [figs[f] for f in s["figures"]]}
              for s in sections(list(tables), list(figs))]
     tex = environment().get_template("paper.tex.j2").render(
-        title=title, sections=parts, macros=Markup(PREAMBLE_MACROS), page=PAGE, escape=escape)
+        title=title, sections=parts, macros=Markup(PREAMBLE_MACROS), page=PAGE)
     Path(out_tex).parent.mkdir(parents=True, exist_ok=True)
     Path(out_tex).write_text(tex)
 
