@@ -11,7 +11,7 @@ and each later stage mirrors the cell part of it under its own folder:
     results/aggregate/{sessions,steps}.parquet      every cell's tables in one
     results/provenance/<table>.json                 every number a table rendered
     report/tables/<table>.tex, report/figures/<figure>.{pdf,png}, report/paper_tables.tex,
-    report/provenance.json                          the report
+    report/paper.{tex,pdf}, report/provenance.json  the report
     logs/<stage>/...                                one log per job, mirroring its output
 
 Keys never contain '_' (it separates attn, quant and mode) or '/'. The Snakefile and the package
@@ -68,6 +68,8 @@ def group_of(cell_path: str) -> str:
 ALL_SESSIONS = "results/aggregate/sessions.parquet"
 ALL_STEPS = "results/aggregate/steps.parquet"
 PAPER_TABLES = "report/paper_tables.tex"
+PAPER_TEX = "report/paper.tex"  # the reproduced paper as one document (decodegap.analysis.paper)
+PAPER_PDF = "report/paper.pdf"
 PROVENANCE = "report/provenance.json"
 MEASURE_LOG = "logs/measure/" + CELL + "/s{session}.log"
 CELL_LOG = "logs/cells/" + CELL + ".log"
