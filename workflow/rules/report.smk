@@ -37,3 +37,26 @@ rule provenance:
         ANALYSIS_ENV
     script:
         "../../scripts/rules/provenance.py"
+
+
+# The reproduced paper as one document (pdflatex twice; the build fails on a float too large, an
+# overfull box or an undefined reference: decodegap.analysis.paper). Part of the default target
+# where pdflatex exists.
+rule paper_pdf:
+    input:
+        code=ANALYSIS_CODE,
+        tables=TABLE_FILES,
+        figures=[paths.figure(n)[0] for n in FIGURE_NAMES],
+    output:
+        tex=paths.PAPER_TEX,
+        pdf=paths.PAPER_PDF,
+    log:
+        paths.log("report", "paper_pdf"),
+        latex=paths.log("report", "paper_pdf_latex"),
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    params:
+        figures=FIGURE_LIST,
+    script:
+        "../../scripts/rules/paper_pdf.py"

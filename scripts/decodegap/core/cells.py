@@ -376,7 +376,11 @@ class Plan:
         return self.groups().get(group, [])
 
     def final_targets(self) -> list[str]:
-        return [paths.PAPER_TABLES, paths.PROVENANCE, paths.ALL_SESSIONS, paths.ALL_STEPS]
+        """The default target: the report, and the paper as one PDF where pdflatex is installed."""
+        import shutil
+
+        pdf = [paths.PAPER_PDF] if shutil.which("pdflatex") else []
+        return [paths.PAPER_TABLES, paths.PROVENANCE, paths.ALL_SESSIONS, paths.ALL_STEPS, *pdf]
 
 
 def dump_yaml(data: Any) -> str:
