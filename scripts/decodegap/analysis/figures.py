@@ -170,7 +170,7 @@ def context(stats_files, gpus: dict, models: dict, outputs) -> None:
         handles.append(S.cross_handle())
     if cut_any:
         handles.append(S.off_axis_handle("interval runs off the axis: arrowhead at its edge (its ends: matrix tables)"))
-    S.legend_below(fig, handles, ncol=len(modes) + (1 if flagged_any else 0))
+    S.legend_below(fig, handles, ncol=len(handles))
     save(fig, outputs)
 
 
