@@ -469,3 +469,12 @@ def test_plain_log_ticks():
     assert S.plain(0.002) == "0.002" and S.plain(20000.0) == "20000" and S.plain(2.5) == "2.5"
     assert math.isclose(S.span([10.0], [0.01], [1e6])[1], 10.0 * 3 * 1.25)  # the axis follows the median, not the interval
 
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_each_figure_draws_without_statistics(ws, tmp_path, monkeypatch, name):
+    """No cell measured yet: the figure still draws (published points, or 'not measured'), sanely sized."""
+    empty = {k: [] for k in ws["files"]}
+    d = draw(monkeypatch, tmp_path, name, calls({**ws, "files": empty})[name])
+    w, h = d.png_size()
+    assert max(w, h) <= MAX_SIDE_PX and 1 / 3 <= w / h <= 3, (name, w, h)

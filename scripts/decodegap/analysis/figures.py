@@ -207,7 +207,7 @@ def ab(stats_files, reference: list[dict], gpus: dict, models: dict, outputs) ->
             groups.append((S.join([S.display(gpus, f["gpu"]), f"the paper: {b_arm} over {a_arm}"], width=46),
                            [(label, f["value"], lo, hi, True, a_arm, False)]))
     n_rows = sum(1 + 0.64 * h.count("\n") + len(r) for h, r in groups)
-    height = min(S.MAX_SIDE_IN, 0.19 * n_rows + 1.4)
+    height = min(S.MAX_SIDE_IN, max(2.8, 0.19 * n_rows + 1.4))
     fig, ax = plt.subplots(figsize=(6.6, height), layout="constrained")
     if not groups:
         S.not_measured(ax)
@@ -312,9 +312,7 @@ def host(stats_files, gpus: dict, models: dict, outputs) -> None:
 
 ANATOMY_PARTS = [("floor_ms", "floor (datasheet)"), ("kernel_inefficiency_ms", "kernel inefficiency"),
                  ("graph_gaps_ms", "graph gaps"), ("launch_tax_ms", "launch tax"), ("cache_framework_ms", "cache & framework")]
-# Greys up to the graphed step, then pale tints of the mode each part adds: static's launch tax, eager's cache
-ANATOMY_COLORS = {"floor_ms": "#4D4D4D", "kernel_inefficiency_ms": "#9A9A9A", "graph_gaps_ms": "#D4D4D4",
-                  "launch_tax_ms": "#F5CF80", "cache_framework_ms": "#F2AC8C"}
+ANATOMY_COLORS = S.ANATOMY_PART_COLORS
 
 
 def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:

@@ -92,6 +92,11 @@ ATTENTION_STYLE = {
     "fa4": Style("#999933", "h", "fa4"),
     "flashinfer": Style("#000000", "d", "flashinfer"),
 }
+# The anatomy's parts of a step (decodegap.analysis.anatomy): greys up to the graphed step, then pale
+# tints of the mode each part adds (static's launch tax, eager's cache and framework cost), so the
+# modes' own ticks stand out on them.
+ANATOMY_PART_COLORS = {"floor_ms": "#4D4D4D", "kernel_inefficiency_ms": "#9A9A9A", "graph_gaps_ms": "#D4D4D4",
+                       "launch_tax_ms": "#F5CF80", "cache_framework_ms": "#F2AC8C"}
 PINNED = {"mode": MODE_STYLE, "weights": WEIGHT_STYLE, "attention": ATTENTION_STYLE}
 # For a name nobody pinned: colours and markers no pinned style of any kind uses first.
 OVERFLOW_COLORS = ("#661100", "#6699CC", "#997700", "#EE7733", "#004488", "#EE99AA", "#994455", "#33BBEE")
