@@ -5,12 +5,11 @@ ticks, huge intervals cut at the axis with a note, and long names that never gro
 
 import json
 import math
-import re
 
 import numpy as np
 import pytest
 from matplotlib.collections import Collection
-from matplotlib.colors import to_hex
+from matplotlib.colors import to_hex, to_rgba
 from matplotlib.lines import Line2D
 from matplotlib.markers import MarkerStyle
 from matplotlib.patches import FancyArrowPatch, Patch
@@ -178,7 +177,7 @@ def _colors(a) -> set[str]:
     for c in cols:
         if isinstance(c, str) and c == "none":
             continue
-        rgba = np.asarray(__import__("matplotlib.colors").colors.to_rgba(c))
+        rgba = np.asarray(to_rgba(c))
         if rgba[3] > 0:
             out.add(to_hex(rgba[:3]))
     return out

@@ -11,8 +11,8 @@ paths come and go. Pin it in WEIGHT_STYLE or ATTENTION_STYLE to choose it. When 
 kinds at once, colour carries one and the marker the other (deployment: colour = mode, marker =
 weight path); it says so in its legend's title.
 
-Shared encodings: filled = measured here, hollow = published by the paper (`hollow`); a black cross
-over a marker = no interval (one machine or session: `NO_INTERVAL`); an interval that runs off the
+Shared encodings: filled = measured here, hollow = published by the paper (`hollow`); a small black
+cross beside a marker = no interval (one machine or session: `no_interval`); an interval that runs off the
 axis ends in an arrowhead at its edge (`interval`), so one enormous interval (two machines: one
 degree of freedom) never sets the axis: `span` sets it from the medians.
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import unicodedata
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -496,7 +496,3 @@ def hollow(st: Style) -> dict:
 def filled(st: Style) -> dict:
     """scatter() keywords of a measured (filled) point."""
     return dict(marker=st.marker, color=st.color, edgecolors="white", linewidths=0.5)
-
-
-def with_label(st: Style, label: str) -> Style:
-    return replace(st, label=label)
