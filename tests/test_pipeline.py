@@ -24,6 +24,11 @@ def test_report_is_complete(built_workspace):
     for name in ("ladder", "context", "ab"):
         for ext in ("pdf", "png"):
             assert (root / f"report/figures/{name}.{ext}").stat().st_size > 1000
+    from PIL import Image
+
+    for png in (root / "report/figures").glob("*.png"):  # as the workflow draws them: no strip, nothing huge
+        w, h = Image.open(png).size
+        assert max(w, h) <= 3000 and 1 / 3 <= w / h <= 3, (png.name, w, h)
     assert (root / "report/provenance.json").exists()
     assert (root / "results/aggregate/sessions.parquet").exists()
 
