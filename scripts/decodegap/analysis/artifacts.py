@@ -133,38 +133,28 @@ TABLES = [
 
 FIGURES = [
     Artifact("ladder", "figure", "headline", reference=True, caption=(
-        "The inverted ladder: fraction of the analytic memory floor reached (R_floor = t_floor / t_obs at the headline "
-        "cell) against datasheet bandwidth (filled: measured; hollow: published)."),
+        "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth, one colour and marker per decode mode (filled: measured, a cross beside it: one machine, no interval; hollow: published)."),
         draw=lambda j: _figures().ladder(j.stats, j.reference, j.gpus, j.headline["headline_model"], j.headline["headline_ctx"], j.out)),
     Artifact("context", "figure", "matrix", caption=(
-        "Step time against context length per GPU, model and decode mode (median of completed sessions and 95 % interval "
-        "over machines; crosses: one machine or session, no interval)."),
+        "Step time against context length per GPU and model, one colour per decode mode (median of completed sessions and 95 % interval over machines; an interval wider than the axis ends in an arrowhead at its edge, its ends in the matrix tables; a cross beside a point: one machine or session, no interval)."),
         draw=lambda j: _figures().context(j.stats, j.gpus, j.models, j.out)),
     Artifact("ab", "figure", "ab", reference=True, caption=(
-        "A/B experiments: speedup of arm B over arm A (geometric mean of per-session ratios) with its 95 % interval over "
-        "machines, per scope: completed sessions, the stability rule, host-nominal steps (hollow: published)."),
+        "A/B experiments: speedup of arm B over arm A (geometric mean of per-session ratios) with its 95 % interval over machines, per cell and scope: completed sessions, the stability rule, host-nominal steps (colour and marker: arm A's mode; hollow: published; a cross beside a point: no interval)."),
         draw=lambda j: _figures().ab(j.stats, j.reference, j.gpus, j.models, j.out)),
     Artifact("host", "figure", "ab", caption=(
-        "Host speed against step time: each point is one block of an A/B session, its median ms/step against the host "
-        "core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound eager arm follows "
-        "the host; the graphed arm does not."),
+        "Host speed against step time, one panel per A/B cell: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound op-by-op arms (eager, static) follow the host; the graphed arm does not."),
         draw=lambda j: _figures().host(j.stats, j.gpus, j.models, j.out)),
     Artifact("anatomy", "figure", "anatomy", caption=(
-        "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, "
-        "stacked to the eager step (the black tick: the graphed step)."),
+        "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (ticks in the modes' colours: the graphed step, solid; the compiled and fused steps, dashed and dotted)."),
         draw=lambda j: _figures().anatomy(j.stats, j.gpus, j.models, j.out)),
     Artifact("deployment", "figure", "matrix+ab", reference=True, caption=(
-        "Latency against cost per token at batch 1, one point per GPU, mode and weight path (filled: measured; hollow: the "
-        "paper's published step times at the same prices)."),
+        "Latency against cost per token at batch 1, one point per GPU, mode and weight path (colour: decode mode, grey where the paper does not state it; marker: weight path; filled: measured; hollow: the paper's published step times at the same prices; grey lines: each GPU's price)."),
         draw=lambda j: _figures().deployment(j.stats, j.reference, j.gpus, j.out)),
     Artifact("attention", "figure", "attention", reference=True, caption=(
-        "Attention paths at batch 1: microseconds per layer for one decode-shaped call against the KV length, per head "
-        "layout; filled: replayed from a CUDA graph (kernel time), hollow and dashed: launched op by op (the larger of "
-        "launch cost and kernel time); stars: the paper's H100 figures (context not stated)."),
+        "Attention paths at batch 1: microseconds per layer for one decode-shaped call against the KV length, per head layout, one colour and marker per path; filled and solid: replayed from a CUDA graph (kernel time), hollow and dashed: launched op by op (the larger of launch cost and kernel time); stars, in a column of their own: the paper's H100 figures (context not stated)."),
         draw=lambda j: _figures().attention(j.stats, j.reference, j.gpus, j.models, j.out)),
     Artifact("quantization", "figure", "quantization", caption=(
-        "Weight paths at batch 1: the graphed step's speedup over bf16 per path and cell (bars) against the ideal speedup "
-        "if the step were its memory traffic, (W_bf16 + K)/(W_q + K) (black ticks)."),
+        "Weight paths at batch 1: the graphed step's speedup over bf16, one colour per path and a group of bars per cell, against the ideal speedup if the step were its memory traffic, (W_bf16 + K)/(W_q + K) (black ticks)."),
         draw=lambda j: _figures().quantization(j.stats, j.gpus, j.models, j.out)),
 ]
 
