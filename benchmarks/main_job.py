@@ -58,8 +58,7 @@ def timed_snakemake(root: Path, cores: int, target: str) -> tuple[float, dict]:
 def add_session(root: Path) -> str:
     import numpy as np
 
-    sys.path.insert(0, str(root / "scripts"))
-    from decodegap.analysis import synthetic
+    from decodegap.analysis import synthetic  # the package as installed: the clone holds the same code
     from decodegap.core import paths
     from decodegap.core.record import write_session
 
@@ -71,7 +70,7 @@ def add_session(root: Path) -> str:
     staging = Path(tempfile.mkdtemp()) / paths.session_path(session=session, **cell)
     write_session(record, staging)
     proc = subprocess.run([sys.executable, "-m", "decodegap.measure.ingest", str(staging.parents[6])], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "scripts")})
+                          capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"ingest failed:\n{proc.stdout}{proc.stderr}")
     return staging.relative_to(staging.parents[6]).as_posix()

@@ -50,7 +50,7 @@ def _cell_stats(root, cell, records):
     """A cell's fixture sessions summarized as the workflow does (conftest.fixture_cell_stats, with
     fewer resamples: these tests look at figures, not at intervals)."""
     from decodegap.analysis import stats
-    from decodegap.core import paths
+    from decodegap.core import manifest, paths
     from decodegap.core.record import write_session
 
     raw = []
@@ -58,8 +58,11 @@ def _cell_stats(root, cell, records):
         path = paths.session_path(root=root, session=s, **cell)
         write_session(rec, path)
         raw.append(path)
+    manifest.add(raw, root)  # the analysis reads only the bytes the manifest lists
     out = root / "stats" / paths.CELL.format(**cell)
-    stats.summarize_cell(raw, cell, vars(load_gpus()[cell["gpu"]]), FAST_STATS, out / "s.parquet", out / "t.parquet", out / "stats.json")
+    protocol = dict(records[0]["protocol"])  # judged by the protocol the fixtures were made with
+    stats.summarize_cell(raw, cell, vars(load_gpus()[cell["gpu"]]), FAST_STATS, out / "s.parquet", out / "t.parquet", out / "stats.json",
+                         protocol)
     return out / "stats.json"
 
 
