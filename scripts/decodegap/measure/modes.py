@@ -275,8 +275,13 @@ class FusedDecoder(_CompiledCapture):
     """The fused step (decodegap.measure.fused.FusedModel, built from the dense model before the
     weight path packed it) with the same buffers as the static modes: token and position on the
     device, advanced in place by each step. Backend triton's step is already its kernels: it is
-    captured as it is, and `compile_s` is its kernels' Triton JIT (their first launch, timed before
-    the logit check) plus prepare's first call; backend torch's step goes through torch.compile first."""
+    captured as it is, and `compile_s` is its kernels' Triton JIT (their first launch, timed in the
+    constructor) plus prepare's first call; backend torch's step goes through torch.compile first.
+
+    prepare() first checks the step's logits on the session's own prompt (decodegap.measure.fused.
+    logit_check: its prefill, then a few decode steps, against a float32 reference beside the
+    transformers model's own), then prefills that prompt again, so the timed steps start from the
+    session's prefill and not from the check's steps."""
 
     mode = "fused"
     own_attention = True  # its own decode attention: no kernel of the cell's attention path is expected in a step
@@ -292,26 +297,20 @@ class FusedDecoder(_CompiledCapture):
     def __init__(self, model, max_cache_len: int, net=None):
         import torch
 
-        from decodegap.measure.fused import logit_check
-
         if net is None:
             raise ValueError("mode fused needs the fused model (decodegap.measure.fused.FusedModel) of this model")
-        self.net, self.device_type = net, net.device.type
+        self.model, self.net, self.device_type = model, net, net.device.type
         self.graph, self.compile_s, self.compile_cache = None, None, None
         self.step_info = net.describe()
         self.token = torch.zeros((1,), dtype=torch.long, device=net.device)
         self.position = torch.zeros((1,), dtype=torch.long, device=net.device)
+        self._prompt = None
         if net.backend == "triton":  # Triton compiles a kernel at its first launch: time that here, before the check launches them
             t = time.perf_counter()
-            net.decode(self.token, self.position)  # token 0 at position 0: the check's prompt and the prefill rewrite that slot
+            net.decode(self.token, self.position)  # token 0 at position 0: the prefill rewrites that slot
             if self.device_type == "cuda":
                 torch.cuda.synchronize()
             self.jit_s = time.perf_counter() - t
-        # before the session's prefill: the check's few cache slots are rewritten by it
-        self.logit_check = logit_check(model, net)
-        if not self.logit_check["agrees"]:
-            raise CellNotPossible(f"the fused step's logits differ from the model's: relative L2 {self.logit_check['rel_l2_max']:.3g} "
-                                  f"(tolerance {self.logit_check['rel_tolerance']})")
         self._compiled = self._step if net.backend == "triton" else compile_step(self._step)
 
     def prefill(self, input_ids) -> None:
@@ -323,6 +322,23 @@ class FusedDecoder(_CompiledCapture):
         logits = self.net.forward(input_ids[0], torch.arange(ctx, device=input_ids.device))
         self.token.copy_(logits.argmax(-1))
         self.position.fill_(ctx)
+        self._prompt = input_ids
+
+    def prepare(self) -> int:
+        from decodegap.measure.fused import logit_check
+
+        if self._prompt is None:
+            raise RuntimeError("mode fused: prefill before prepare (the logit check runs on the session's prompt)")
+        self.logit_check = logit_check(self.model, self.net, self._prompt)
+        check = self.logit_check
+        if not check["agrees"]:
+            raise CellNotPossible(f"the fused step's logits differ from a float32 reference by {check['rel_l2_max']:.3g} (relative "
+                                  f"L2), more than {check['ratio_tolerance']} x the transformers model's own "
+                                  f"{check['transformers_rel_l2_max']:.3g} + {check['abs_floor']}")
+        prompt, self._prompt = self._prompt, None
+        self.prefill(prompt)  # the check decoded past the prompt: start from the session's own prefill again
+        self._prompt = None
+        return super().prepare()
 
     def _step(self) -> None:
         logits = self.net.decode(self.token, self.position)
