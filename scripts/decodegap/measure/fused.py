@@ -154,10 +154,12 @@ class FusedModel:
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.slots = torch.arange(max_cache_len, device=self.device)
         if self.backend == "triton":
-            self._triton_buffers(gemv_configs, gpu)
+            self.set_launch_shapes(gemv_configs, gpu)
 
-    def _triton_buffers(self, spec, gpu: str | None) -> None:
-        """The step's fixed buffers (a captured graph replays into them) and the kernels' launch plan."""
+    def set_launch_shapes(self, spec, gpu: str | None = None) -> None:
+        """The kernels' launch shapes and levers (`spec`: any form fused_kernels.resolve takes), the
+        attention's plan, and the step's fixed buffers (a captured graph replays into them: capture
+        again after this). Benchmarks switch levers on one model with it."""
         import torch
 
         from decodegap.measure import fused_kernels as fk
@@ -261,7 +263,16 @@ class FusedModel:
         triton returns its logits buffer, which the next step overwrites."""
         if self.backend == "torch":
             return self.forward(token, position)
-        return self._decode_kernels(token, position) if self.kernel_format else self._decode_packed(token, position)
+        for _, launch in self.launches(token, position):
+            launch()
+        return self._logits.view(1, -1)
+
+    def launches(self, token, position) -> list:
+        """Backend triton's step as its launches in order, each (kind, call): "gemv" (a weight read
+        with its prologue and epilogue), "attention" (the split kernel and its combine) or "other"
+        (the embedding row; a packed path's epilogues and add_norm). A benchmark captures the kinds
+        apart to take a step's time apart."""
+        return self._kernel_launches(token, position) if self.kernel_format else self._packed_launches(token, position)
 
     def _embed(self, token):
         import torch
@@ -281,45 +292,61 @@ class FusedModel:
 
         return linear.operand if hasattr(linear, "operand") else fk.WeightOperand("dense", linear.weight)
 
-    def _decode_kernels(self, token, position):
+    def _kernel_launches(self, token, position) -> list:
         """Six launches a layer (five with the in-split combine), every small op inside a GEMV: bf16, or a
         path whose storage the kernels read (fp8, int4-triton)."""
+        from functools import partial as call
+
         from decodegap.measure import fused_kernels as fk
 
-        x, g, pdl, op = self._x, self.gemv, self.shapes.pdl, self._operand
-        self._embed(token)
+        x, g, pdl, op, eps = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps
+        out = [("other", call(self._embed, token))]
         for i, layer in enumerate(self.layers):
-            fk.qkv_rope(x, op(layer.qkv), heads=self.heads, position=position, cos=self.cos, sin=self.sin, q_out=self._q,
-                        k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm, eps=self.eps,
-                        shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl)
-            self._attend(i, position)
-            fk.linear(self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x, pdl=pdl)
-            fk.gate_up(x, op(layer.gate_up), self._h, norm_weight=layer.post_norm, eps=self.eps, shape=g["gate_up"], pdl=pdl)
-            fk.linear(self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x, pdl=pdl)
-        fk.linear(x, self.lm_head, self._logits, shape=g["lm_head"], norm_weight=self.final_norm, eps=self.eps, pdl=pdl)
-        return self._logits.view(1, -1)
+            out += [
+                ("gemv", call(fk.qkv_rope, x, op(layer.qkv), heads=self.heads, position=position, cos=self.cos, sin=self.sin,
+                              q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm,
+                              eps=eps, shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl)),
+                ("attention", call(self._attend, i, position)),
+                ("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x, pdl=pdl)),
+                ("gemv", call(fk.gate_up, x, op(layer.gate_up), self._h, norm_weight=layer.post_norm, eps=eps, shape=g["gate_up"],
+                              pdl=pdl)),
+                ("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x, pdl=pdl))]
+        out.append(("gemv", call(fk.linear, x, self.lm_head, self._logits, shape=g["lm_head"], norm_weight=self.final_norm,
+                                 eps=eps, pdl=pdl)))
+        return out
 
-    def _decode_packed(self, token, position):
+    def _packed_launches(self, token, position) -> list:
         """A packed path with its own GEMV (int4-tinygemm): its GEMVs on the normalised input, the same
         epilogues on their outputs, and the residual add with the next norm in one launch."""
+        from functools import partial as call
+
         from decodegap.measure import fused_kernels as fk
 
-        x, xn, g, pdl = self._x, self._xn, self.gemv, self.shapes.pdl
-        self._embed(token)
-        fk.add_norm(x, None, self.layers[0].in_norm, xn, eps=self.eps, pdl=pdl)
+        x, xn, g, pdl, eps = self._x, self._xn, self.gemv, self.shapes.pdl, self.eps
+        y = {}  # each GEMV's output, for the epilogue after it
+
+        def gemv(name, module, source):
+            y[name] = module(source.view(1, -1)).view(-1)
+
+        out = [("other", call(self._embed, token)), ("other", call(fk.add_norm, x, None, self.layers[0].in_norm, xn, eps=eps, pdl=pdl))]
         for i, layer in enumerate(self.layers):
-            y = layer.qkv(xn.view(1, -1)).view(-1)
-            fk.qkv_rope(xn, None, heads=self.heads, position=position, cos=self.cos, sin=self.sin, q_out=self._q,
-                        k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm, eps=self.eps,
-                        shape=g["qkv"], y=y, pdl=pdl)
-            self._attend(i, position)
-            fk.add_norm(x, layer.o(self._attn.view(1, -1)).view(-1), layer.post_norm, xn, eps=self.eps, pdl=pdl)
-            y = layer.gate_up(xn.view(1, -1)).view(-1)
-            fk.gate_up(xn, None, self._h, norm_weight=layer.post_norm, eps=self.eps, shape=g["gate_up"], y=y, pdl=pdl)
             following = self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
-            fk.add_norm(x, layer.down(self._h.view(1, -1)).view(-1), following, xn, eps=self.eps, pdl=pdl)
-        fk.linear(xn, self.lm_head, self._logits, shape=g["lm_head"], pdl=pdl)
-        return self._logits.view(1, -1)
+            out += [
+                ("gemv", call(gemv, "qkv", layer.qkv, xn)),
+                ("other", lambda i=i, layer=layer: fk.qkv_rope(
+                    xn, None, heads=self.heads, position=position, cos=self.cos, sin=self.sin, q_out=self._q,
+                    k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm, eps=eps, shape=g["qkv"],
+                    y=y["qkv"], pdl=pdl)),
+                ("attention", call(self._attend, i, position)),
+                ("gemv", call(gemv, "o", layer.o, self._attn)),
+                ("other", lambda layer=layer: fk.add_norm(x, y["o"], layer.post_norm, xn, eps=eps, pdl=pdl)),
+                ("gemv", call(gemv, "gate_up", layer.gate_up, xn)),
+                ("other", lambda layer=layer: fk.gate_up(xn, None, self._h, norm_weight=layer.post_norm, eps=eps,
+                                                         shape=g["gate_up"], y=y["gate_up"], pdl=pdl)),
+                ("gemv", call(gemv, "down", layer.down, self._h)),
+                ("other", lambda following=following: fk.add_norm(x, y["down"], following, xn, eps=eps, pdl=pdl))]
+        out.append(("gemv", call(fk.linear, xn, self.lm_head, self._logits, shape=g["lm_head"], pdl=pdl)))
+        return out
 
 
 def reference_model(model, weights, dtype):

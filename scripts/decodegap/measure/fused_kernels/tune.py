@@ -105,7 +105,8 @@ class RoleBench:
     past L2 on a GPU), `launch(shape, i)`, `error(shape)` (relative L2 against float32 on the same
     inputs and dequantized weights, NaN-poisoned outputs) and the bytes a launch must read."""
 
-    def __init__(self, role: str, fmt: str, arch: dict, device, dtype=torch.bfloat16, copies: int | None = None):
+    def __init__(self, role: str, fmt: str, arch: dict, device, dtype=torch.bfloat16, copies: int | None = None,
+                 qkv_bias: bool = True):
         self.role, self.fmt, self.device = role, fmt, torch.device(device)
         hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
         self.heads = gemv.HeadLayout(hq, hkv, arch.get("head_dim") or arch["hidden_size"] // hq)
@@ -117,7 +118,7 @@ class RoleBench:
         self.ops = [op0] + [random_operand(fmt, n, k, device, dtype) for _ in range(copies - 1)]
         r = lambda *s: torch.randn(*s, device=device).to(dtype)  # noqa: E731
         self.eps, self.x, self.g = 1e-5, r(k), (1 + torch.randn(k, device=device) / 8).to(dtype)
-        self.bias = r(n) if role == "qkv" else None
+        self.bias = r(n) if role == "qkv" and qkv_bias else None  # Qwen2's q/k/v carry biases
         d = self.heads.head_dim
         self.cos, self.sin = r(64, d // 2), r(64, d // 2)
         self.pos = torch.tensor([5], device=device)
@@ -150,7 +151,7 @@ class RoleBench:
         dt = self.x.dtype
         if self.role == "qkv":
             hq, hkv, d = self.heads.n_heads, self.heads.n_kv, self.heads.head_dim
-            y = (w @ _rms(self.x, self.g, self.eps) + self.bias.float()).to(dt).float()
+            y = (w @ _rms(self.x, self.g, self.eps) + (self.bias.float() if self.bias is not None else 0)).to(dt).float()
             c, s = self.cos[5].float().repeat(2), self.sin[5].float().repeat(2)
             return max(_rel(self.q, _rotate(y[: hq * d].view(hq, d), c, s).reshape(-1)),
                        _rel(self.kc[:, 5], _rotate(y[hq * d:(hq + hkv) * d].view(hkv, d), c, s)),
