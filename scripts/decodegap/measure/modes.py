@@ -16,8 +16,9 @@ graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
 compiled StaticCache, the step under torch.compile (Inductor fuses the small ops), captured as one
          CUDA graph; the compile's seconds are recorded (`compile_s`), never timed as steps.
 fused    our own compact step (decodegap.measure.fused) on the same weights: on CUDA six Triton
-         kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; its logits
-         are checked against the model's on the device first.
+         kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; before
+         that its logits on the session's own prompt are checked against a float32 reference,
+         beside the transformers model's own (decodegap.measure.fused.logit_check).
 
 Where CUDA has no graphs (the CPU), compiled and fused run their step op by op (fused: its plain-op
 backend under torch.compile, or its kernels under Triton's interpreter), so the tests can check
