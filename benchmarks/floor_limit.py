@@ -3,20 +3,15 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks gemv attention steps levers tune] [--lever-models qwen2.5-7b] [--tune-budget-s 60] [--smoke]
+        [--parts checks steps attention levers gemv tune] [--lever-models qwen2.5-7b] [--tune-budget-s 60] [--smoke]
 
-Parts, in this order; each is wrapped so that a failure is a line and the rest still runs, and items
-are skipped (and listed) once the deadline nears:
+Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
+rest still runs, and items are skipped (and listed) once the deadline nears:
 
   checks     every kernel in bf16 against float32 on the device (relative L2, NaN-poisoned outputs):
              each GEMV role of the first card in each storage format (dense bf16, fp8, int4), the
              epilogues a packed path's own GEMV feeds (qkv_rope and gate_up from y, add_norm), and
              the attention with each lever at both head layouts
-  gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
-             enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
-             (F.linear) beside the bf16 ones
-  attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
-             with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   steps      the whole fused step for each card x --quant x --ctx as one CUDA graph: device time over
              back-to-back replays, host time per step with the token read back, the bytes the step
              streams (the weights it reads as stored, scales included, without the input embedding
@@ -24,8 +19,13 @@ are skipped (and listed) once the deadline nears:
              bandwidth; then the step taken apart by capturing its GEMV launches alone and its
              attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest);
              and a check of one step's logits against the same step in plain PyTorch ops
+  attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
+             with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   levers     the step with each lever on and off side by side (programmatic dependent launch; the
              attention's masked blocks, in-split combine and the default table's shape)
+  gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
+             enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
+             (F.linear) beside the bf16 ones
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
              step with it
@@ -48,7 +48,7 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "gemv", "attention", "steps", "levers", "tune")
+PARTS = ("checks", "steps", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
 
@@ -496,7 +496,6 @@ def attention_variants(table, device) -> dict:
     out = {"table": att, "masked": dataclasses.replace(att, skip_empty=False),
            "masked in-split": dataclasses.replace(att, skip_empty=False, combine="in_split"),
            "bt64 x4/SM masked": fk.AttentionConfig(64, 4, 4, 2, False, "separate"),
-           "bt64 x8/SM st3 masked": fk.AttentionConfig(64, 8, 4, 3, False, "separate"),
            "bt128 x4/SM w8 masked": fk.AttentionConfig(128, 4, 8, 2, False, "separate")}
     return {n: c for i, (n, c) in enumerate(out.items()) if c not in list(out.values())[:i]}
 
@@ -530,6 +529,18 @@ def summary(run) -> None:
             sd = [a["sdpa"].get(n, {}).get("us") for n in ("sdpa flash", "sdpa cudnn", "sdpa dispatcher")]
             txt = f"{ours[best]:.2f} ({best})" if best else "--"
             print(f"{a['layout']:10s} {a['ctx']:>6d} {txt:>34s} " + " ".join(f"{v:8.2f}" if v else f"{'--':>8s}" for v in sd))
+    gemv = [g for g in r.get("gemv", []) if "us" in g]
+    if gemv:
+        print(f"\n{'model':16s} {'format':6s} " + " ".join(f"{role:>17s}" for role in ("qkv", "o", "gate_up", "down", "lm_head"))
+              + "  (GB/s, x cuBLAS time)")
+        for key in dict.fromkeys(g["model"] for g in gemv):
+            for fmt in dict.fromkeys(g["format"] for g in gemv):
+                by_role = {g["role"]: g for g in gemv if g["model"] == key and g["format"] == fmt}
+                if by_role:
+                    cells = [f"{by_role[role]['GBps']:6.0f}" + (f" {by_role[role]['us'] / by_role[role]['cublas_us']:5.2f}x"
+                             if "cublas_us" in by_role[role] else "") if role in by_role else "--"
+                             for role in ("qkv", "o", "gate_up", "down", "lm_head")]
+                    print(f"{key:16s} {fmt:6s} " + " ".join(f"{c:>17s}" for c in cells))
     levers = [lv for lv in r.get("levers", []) if "device_ms" in lv]
     if levers:
         print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'lever':30s} {'dev ms':>8s} {'x table':>8s}")
