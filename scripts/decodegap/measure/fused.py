@@ -4,21 +4,24 @@ The transformers step launches about 1,500 kernels; most of its time, even graph
 small to stream memory well and the gaps between them. This step is written for one token:
 
 - per layer, the q/k/v projections are one matrix and gate/up another (one GEMV each instead of
-  three and two), stored by the session's weight path (bf16, or packed into a 4-bit format by the
-  same `pack` the weight-path cells use, so W is unchanged);
+  three and two), stored by the session's weight path (bf16, or packed into the path's format by
+  the same `pack` the weight-path cells use, so W is unchanged);
 - the KV cache is a K and a V tensor per layer, written in place at a position held on the device;
 - on CUDA (backend "triton") a layer is six Triton launches (decodegap.measure.fused_kernels):
   the RMSNorms, RoPE, the KV append, SiLU x up and the residual adds ride inside the GEMVs, and
-  attention is a split-over-positions decode kernel; a packed path's own GEMV replaces the bf16 one,
-  with the same epilogues run on its output. The mode (decodegap.measure.modes.FusedDecoder)
-  captures the step as one CUDA graph;
+  attention is a split-over-positions decode kernel. The GEMV kernels read bf16, and the fp8 and
+  int4-triton paths' stored tensors, themselves (the same prologues and epilogues); another packed
+  path's own GEMV (int4-tinygemm) replaces the bf16 one, with the same epilogues run on its
+  output. Launch shapes and levers come per GPU type (fused_kernels.launch, or what
+  tune_launch_shapes chose). The mode (decodegap.measure.modes.FusedDecoder) captures the step as
+  one CUDA graph;
 - backend "torch" is the same step in plain PyTorch ops (two small matmuls with a length mask for
   attention), which torch.compile fuses: the CPU's step. The kernels are tested under Triton's CPU
   interpreter against float64 references and the transformers model (tests/test_fused_kernels.py).
 
 It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
-the same logits: `logit_check` compares them on the device, `tests/test_fused.py` at float32 on the
-tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in
+the same logits: `logit_check` holds its error against a float32 reference to the transformers
+model's own on the session's prompt, `tests/test_fused.py` at float32 on the tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in
 the activations' dtype), so that in bf16 the two differ only in summation order and rounding.
 """
 
@@ -356,8 +359,8 @@ def reference_model(model, weights, dtype):
     import torch
     from transformers import AutoModelForCausalLM
 
-    with torch.device(model.device):
-        ref = AutoModelForCausalLM.from_config(model.config, dtype=dtype, attn_implementation=model.config._attn_implementation)
+    with torch.device(model.device):  # SDPA: the one attention every dtype has (a cell's flash-attn has no float32)
+        ref = AutoModelForCausalLM.from_config(model.config, dtype=dtype, attn_implementation="sdpa")
     ref.eval()
     ref.requires_grad_(False)
     with torch.no_grad():
@@ -418,10 +421,15 @@ def logit_check(model, net: FusedModel, prompt=None, *, steps: int = LOGIT_CHECK
     ctx = prompt.shape[1]
     if ctx + steps > net.max_cache_len:
         raise ValueError(f"the logit check's {ctx} + {steps} positions do not fit the fused cache of {net.max_cache_len}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    every_backend = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")  # the reference in true float32, not TF32
     try:
-        with torch.inference_mode():
+        # SDPA picks its kernel per call (a cell's attention path may have narrowed the choice to one
+        # that has no float32 kernel); the fused prefill and steps are the session's own either way
+        with torch.inference_mode(), sdpa_kernel(every_backend):
             ref_model = reference_model(model, net.weights, torch.float32)
             ref, tokens, ref_prefill = _transformers_run(ref_model, prompt, steps)
             if net.dtype == torch.float32:  # the model is the reference: its own error is zero

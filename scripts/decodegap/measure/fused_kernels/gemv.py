@@ -190,10 +190,11 @@ def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.conste
 
 @triton.jit
 def _halves(y, B: tl.constexpr):
-    """The first and the last B elements of a 2B vector (exactly: sums with zeros)."""
-    y2 = tl.reshape(y, (2, B))
-    first = (tl.arange(0, 2) == 0)[:, None]
-    return tl.sum(tl.where(first, y2, 0.0), axis=0), tl.sum(tl.where(first, 0.0, y2), axis=0)
+    """The first and the last B elements of a 2B vector, exactly (each a sum of one value and zeros),
+    with broadcasts only: a 2B x B selection, tiny beside the GEMV's tile."""
+    i = tl.arange(0, 2 * B)[:, None]
+    j = tl.arange(0, B)[None, :]
+    return tl.sum(tl.where(i == j, y[:, None], 0.0), axis=0), tl.sum(tl.where(i == j + B, y[:, None], 0.0), axis=0)
 
 
 # ----------------------------------------------------------------------------- kernels
