@@ -243,13 +243,13 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
     timings, skipped = {"gemv": {}, "attention": {}}, []
     chosen = {}
-    for fmt in formats:
+    for fi, fmt in enumerate(formats):  # each format its share of the GEMVs' 70 % of the budget
         per_role = timings["gemv"].setdefault(fmt, {})
         for ci, arch in enumerate(cards):
             for role in ROLES:
                 if role == "lm_head" and fmt != "dense":
                     continue  # the output projection stays bf16 in every path
-                if over(0.7):
+                if over(0.7 * (fi + 1) / len(formats)):
                     skipped.append(f"gemv {fmt} {role} card {ci}")
                     continue
                 cands = [GemvConfig(*c) for c in (gemv_candidates or GEMV_CANDIDATES)[fmt]]
@@ -274,25 +274,26 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     for arch in cards:
         hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
         layouts.setdefault((hq, hkv, arch.get("head_dim") or arch["hidden_size"] // hq), layers or arch["num_hidden_layers"])
+    benches = {f"{hq}/{hkv}/{d} ctx {ctx}": AttentionBench(gemv.HeadLayout(hq, hkv, d), ctx, n_layers, device, dtype)
+               for (hq, hkv, d), n_layers in layouts.items() for ctx in ctxs}
     att_times: dict = {}
-    for (hq, hkv, d), n_layers in layouts.items():
-        for ctx in ctxs:
-            if over(0.95):
-                skipped.append(f"attention {hq}/{hkv}/{d} ctx {ctx}")
-                continue
-            bench = AttentionBench(gemv.HeadLayout(hq, hkv, d), ctx, n_layers, device, dtype)
-            for cfg in attention_candidates or ATTENTION_CANDIDATES:
-                plan = bench.plan(cfg)
-                try:
-                    if not bench.error(plan) < 5e-2:
-                        say(f"tune: attention {cfg}: wrong result, dropped")
-                        continue
-                    us = graph_us(lambda i: bench.launch(plan, i), n_layers, device)
-                except Exception as exc:  # noqa: BLE001
-                    say(f"tune: attention {cfg}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
-                    continue
-                att_times.setdefault(cfg, {})[f"{hq}/{hkv}/{d} ctx {ctx}"] = us
-            del bench
+    for cfg in attention_candidates or ATTENTION_CANDIDATES:  # each candidate on every case, until the budget ends
+        if over(0.95):
+            skipped.append(f"attention {_key(cfg)}")
+            continue
+        for case, bench in benches.items():
+            plan = bench.plan(cfg)
+            try:
+                if not bench.error(plan) < 5e-2:
+                    say(f"tune: attention {_key(cfg)} {case}: wrong result, dropped")
+                    break
+                att_times.setdefault(cfg, {})[case] = graph_us(lambda i: bench.launch(plan, i), len(bench.caches), device)
+            except Exception as exc:  # noqa: BLE001
+                say(f"tune: attention {_key(cfg)} {case}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                break
+        if len(att_times.get(cfg, ())) < len(benches):
+            att_times.pop(cfg, None)  # a candidate is judged on every case or not at all
+    del benches
     timings["attention"] = {_key(c): t for c, t in att_times.items()}
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "sm_count": sm_count_of(device), "gemv": chosen, "pdl": False,
