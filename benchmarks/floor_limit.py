@@ -394,6 +394,9 @@ def lever_variants(table, device) -> dict:
     default = fk.LAUNCH_SHAPES["default"].attention
     if default != att:
         out["attention default shape"] = {"attention": default.as_dict()}
+    for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
+        flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
+        out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
     return out
 
 
@@ -419,7 +422,10 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                     continue
                 net = FusedModel(model, get_weight_path(quant), ctx + STEP_SLOTS, backend="triton")
                 base = None
+                fmt = formats_of([quant])[0]
                 for name, change in variants.items():
+                    if set((change or {}).get("gemv", {})) - {fmt}:
+                        continue  # a lever of another storage format's GEMVs
                     if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
                         continue
                     try:

@@ -61,36 +61,37 @@ def _weight(fmt, n, k, gen, dtype):
     return op, dequantize(op).double()
 
 
-def _shape(fmt):
-    return SMALL_INT4 if fmt == "int4" else SMALL
+def _shape(fmt, x_tile=False):
+    return dataclasses.replace(SMALL_INT4 if fmt == "int4" else SMALL, x_tile=x_tile)
 
 
+@pytest.mark.parametrize("x_tile", [False, True])  # x as a vector, or as a tile of W's shape
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,k", [(24, 128), (37, 384)])  # 37 rows: the last program half empty; 384: 3 int4 groups, K not a power of 2
-def test_linear_with_norm_bias_and_residual_in_place(fmt, dtype, n, k, gen):
+def test_linear_with_norm_bias_and_residual_in_place(fmt, dtype, n, k, x_tile, gen):
     x = torch.randn(k, generator=gen).to(dtype)
     w, w64 = _weight(fmt, n, k, gen, dtype)
     b, g = torch.randn(n, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
     res = torch.randn(n, generator=gen).to(dtype)
     out = torch.full((n,), float("nan"), dtype=dtype)
-    fk.linear(x, w, out, shape=_shape(fmt))
+    fk.linear(x, w, out, shape=_shape(fmt, x_tile))
     assert _rel(out, w64 @ x.double()) < TOL[dtype]
     out = res.clone()  # residual in place, as the o and down projections add into x
-    fk.linear(x, w, out, shape=_shape(fmt), bias=b, norm_weight=g, eps=1e-5, residual=out)
+    fk.linear(x, w, out, shape=_shape(fmt, x_tile), bias=b, norm_weight=g, eps=1e-5, residual=out)
     ref = res.double() + w64 @ _rms64(x, g, 1e-5) + b.double()
     assert _rel(out, ref) < TOL[dtype]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_gate_up_is_silu_of_gate_times_up_from_either_input(fmt, gen):
+@pytest.mark.parametrize("fmt,x_tile", [(f, False) for f in FORMATS] + [("int4", True)])
+def test_gate_up_is_silu_of_gate_times_up_from_either_input(fmt, x_tile, gen):
     inter, k, dtype = 40, 256, torch.float32
     x, g = torch.randn(k, generator=gen), 1 + torch.randn(k, generator=gen) / 4
     w, w64 = _weight(fmt, 2 * inter, k, gen, dtype)
     y64 = w64 @ _rms64(x, g, 1e-6)
     ref = torch.nn.functional.silu(y64[:inter]) * y64[inter:]
     out = torch.full((inter,), float("nan"))
-    fk.gate_up(x, w, out, norm_weight=g, eps=1e-6, shape=_shape(fmt))
+    fk.gate_up(x, w, out, norm_weight=g, eps=1e-6, shape=_shape(fmt, x_tile))
     assert _rel(out, ref) < TOL[dtype]
     out.fill_(float("nan"))  # a packed path's output: the epilogue alone
     fk.gate_up(x, None, out, norm_weight=g, eps=1e-6, shape=SMALL, y=y64.float())
@@ -112,9 +113,10 @@ def _rotate64(v, cos, sin):
     return v * torch.cat((cos, cos)) + torch.cat((-v[..., half:], v[..., :half]), dim=-1) * torch.cat((sin, sin))
 
 
-@pytest.mark.parametrize("fmt,dtype", [("dense", torch.float32), ("dense", torch.bfloat16), ("fp8", torch.float32),
-                                       ("int4", torch.float32)])
-def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(fmt, dtype, gen):
+@pytest.mark.parametrize("fmt,dtype,x_tile", [("dense", torch.float32, False), ("dense", torch.bfloat16, False),
+                                              ("dense", torch.float32, True), ("fp8", torch.float32, False),
+                                              ("int4", torch.float32, False)])
+def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(fmt, dtype, x_tile, gen):
     hq, hkv, d, k, length, pos = 4, 2, 16, 128, 12, 7
     heads = fk.HeadLayout(hq, hkv, d)
     x, g = torch.randn(k, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
@@ -126,7 +128,7 @@ def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(fmt, dt
     q = torch.full((hq * d,), float("nan"), dtype=dtype)
     kc, vc = torch.full((hkv, length, d), sentinel, dtype=dtype), torch.full((hkv, length, d), sentinel, dtype=dtype)
     fk.qkv_rope(x, w, heads=heads, position=torch.tensor([pos]), cos=cos, sin=sin, q_out=q, k_cache=kc, v_cache=vc,
-                norm_weight=g, eps=1e-6, shape=fk.GemvConfig(4, 32 if fmt != "int4" else 128, 4), bias=b)
+                norm_weight=g, eps=1e-6, shape=fk.GemvConfig(4, 32 if fmt != "int4" else 128, 4, x_tile), bias=b)
     y = w64 @ _rms64(x, g, 1e-6) + b.double()
     qr, kr, vr = y.split([hq * d, hkv * d, hkv * d])
     c, s = cos[pos].double(), sin[pos].double()

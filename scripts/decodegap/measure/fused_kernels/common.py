@@ -22,6 +22,7 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
   CS         splits per step of the in-split combine
   FMT        weight storage format: DENSE (as stored, bf16 or float32), FP8 (e4m3, a float32 scale
              per row), INT4 (int32 words of eight 4-bit values, a scale and zero per group of 128)
+  XT         the input chunk loaded as a tile of W's shape, not a vector (GemvConfig.x_tile)
   NORM, HAS_BIAS, RESIDUAL, FROM_Y, ADD
              prologue and epilogue switches: RMSNorm the input, add a bias, add into a residual,
              take a packed path's GEMV output instead of computing it, add before the norm

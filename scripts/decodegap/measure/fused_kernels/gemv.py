@@ -28,6 +28,12 @@ int4 turns a nibble into a float without a conversion instruction: OR-ing q into
 2^23 (0x4B000000) gives the float 2^23 + q, and subtracting 2^23 + z leaves q - z exactly; a group's
 sum is scaled once. Per weight that is a shift, a mask-and-or, a subtract and a multiply-add.
 
+The input chunk x meets W's tile either as a vector (one load per step, which Triton then spreads
+to the tile's layout through shared memory, a barrier each step) or, with GemvConfig.x_tile, loaded
+as a tile of W's shape (each thread loads the x values its weights need from L1: no barrier, but a
+normalising prologue computes once per tile element instead of once per column). Which is faster
+depends on the role and the GPU: it is part of the launch shape.
+
 The launch wrappers take keyword arguments, check every tensor they pass (contiguous, dtype, size)
 and raise a ValueError that names the argument.
 """
@@ -130,24 +136,28 @@ class HeadLayout:
 
 @triton.jit
 def _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-                NORM: tl.constexpr):
+                NORM: tl.constexpr, XT: tl.constexpr):
     """W[rows] . x over K for a W stored element by element (bf16, float32 or fp8): an R x BK tile a
-    step, float32 products, one sum per row at the end."""
+    step, float32 products, one sum per row at the end. XT: x loaded as an R x BK tile (module
+    docstring)."""
     acc = tl.zeros((R, BK), tl.float32)
     cols0 = tl.arange(0, BK)
     for k0 in range(0, K, BK):
         cols = k0 + cols0
         cmask = cols < K
-        x = input_chunk(x_ptr, g_ptr, cols, cmask, rstd, NORM)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0.0,
-                    eviction_policy="evict_first")
-        acc += w.to(tl.float32) * x[None, :]
+        m = rmask[:, None] & cmask[None, :]
+        if XT:
+            x = input_chunk(x_ptr, g_ptr, cols[None, :] + 0 * rows[:, None], m, rstd, NORM)
+        else:
+            x = input_chunk(x_ptr, g_ptr, cols, cmask, rstd, NORM)[None, :]
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        acc += w.to(tl.float32) * x
     return tl.sum(acc, axis=1)
 
 
 @triton.jit
 def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
-               R: tl.constexpr, NORM: tl.constexpr):
+               R: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
     """W[rows] . x over K for int4 words (module docstring): BK / 128 groups a step, an R x groups x 16
     tile of words, each word's eight nibbles against eight 16-column chunks of x; each group's sum
     scaled by its row's scale once."""
@@ -168,21 +178,25 @@ def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.const
         part = tl.zeros((R, GB, 16), tl.float32)
         for j in tl.static_range(8):
             cols = (grp * 128)[:, None] + j * 16 + i16[None, :]
-            x = input_chunk(x_ptr, g_ptr, cols, gmask[:, None], rstd, NORM)
+            if XT:
+                x = input_chunk(x_ptr, g_ptr, cols[None, :, :] + 0 * rows[:, None, None], m2[:, :, None], rstd, NORM)
+            else:
+                x = input_chunk(x_ptr, g_ptr, cols, gmask[:, None], rstd, NORM)[None, :, :]
             q = ((words >> (4 * j)) & 15) | 0x4B000000  # the float 2^23 + q, bit for bit
-            part += (q.to(tl.float32, bitcast=True) - magic_zero[:, :, None]) * x[None, :, :]
+            part += (q.to(tl.float32, bitcast=True) - magic_zero[:, :, None]) * x
         acc += part * scale[:, :, None]
     return tl.sum(tl.sum(acc, axis=2), axis=1)
 
 
 @triton.jit
 def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
-              R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr):
-    """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM."""
+              R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
+    """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
+    a tile when XT."""
     if FMT == FMT_INT4:
-        y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, NORM)
+        y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, NORM, XT)
     else:
-        y = _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K, BK, R, NORM)
+        y = _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K, BK, R, NORM, XT)
         if FMT == FMT_FP8:
             y = y * tl.load(s_ptr + rows, mask=rmask, other=0.0)
     return y
@@ -203,8 +217,8 @@ def _halves(y, B: tl.constexpr):
 @triton.jit
 def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, vc_ptr,
                      eps, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                     L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     FROM_Y: tl.constexpr, PDL: tl.constexpr):
+                     L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
     rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
     heads turned by RoPE at the step's position; q stored to q_ptr, k and v to the cache at the
@@ -223,7 +237,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
         rstd = rstd_of(x_ptr, K, KP, eps)
         pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
         both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
-        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True), BP)
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True, XT), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
             y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
@@ -254,8 +268,8 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
 
 @triton.jit
 def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, eps, N: tl.constexpr, K: tl.constexpr,
-                   KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+                   KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                   NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     """Program (block of BN rows): out = W (norm(x) when NORM, else x) (+ b) (+ res when RESIDUAL: the
     product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may be `res`: a
     program reads and writes only its own rows."""
@@ -265,7 +279,7 @@ def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, e
     rstd = 1.0
     if NORM:
         rstd = rstd_of(x_ptr, K, KP, eps)
-    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, BN, FMT, NORM)
+    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, BN, FMT, NORM, XT)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     dt = out_ptr.dtype.element_ty
@@ -276,8 +290,8 @@ def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, e
 
 @triton.jit
 def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, I: tl.constexpr, K: tl.constexpr,
-                    KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, FROM_Y: tl.constexpr,
-                    PDL: tl.constexpr):
+                    KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                    FROM_Y: tl.constexpr, PDL: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype; out = SiLU(gate) * up, SiLU's output
     rounded as transformers' act_fn rounds it."""
@@ -292,7 +306,7 @@ def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, I: t
         pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
         own = tl.program_id(0) * BN + pair % BN
         both = own + (pair // BN) * I
-        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, own < I, K, BK, 2 * BN, FMT, True), BN)
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, own < I, K, BK, 2 * BN, FMT, True, XT), BN)
     dt = out_ptr.dtype.element_ty
     gate = gate.to(dt).to(tl.float32)
     up = up.to(dt).to(tl.float32)
@@ -347,7 +361,8 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     _linear_kernel[(triton.cdiv(n, bn),)](
         x, norm_weight if norm_weight is not None else x, w, s, z, bias if bias is not None else x,
         residual if residual is not None else x, out, eps, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
-        FMT=op.code, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None, PDL=pdl,
+        FMT=op.code, XT=shape.x_tile, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
+        PDL=pdl,
         **launch_options(shape.warps, pdl))
 
 
@@ -393,7 +408,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     _qkv_rope_kernel[grid](
         x, norm_weight, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
-        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
 
 
@@ -421,7 +436,7 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     w, s, z = _operand_args(op, x)
     _gate_up_kernel[(triton.cdiv(inter, bn),)](
         x, norm_weight, w, s, z, y if y is not None else x, out, eps, I=inter, K=k, KP=p2(k), BN=bn,
-        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
 
 

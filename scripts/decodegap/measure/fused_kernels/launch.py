@@ -43,14 +43,16 @@ DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (
 class GemvConfig:
     """One GEMV role's launch shape: `rows` of W per program (pairs of rows for qkv, gate rows each
     with its up row for gate_up), `block_k` columns of W per loop step (a multiple of 128 for int4:
-    whole groups), `warps` per program."""
+    whole groups), `warps` per program, and `x_tile`: the input chunk loaded as a tile of W's shape
+    instead of a vector (gemv.py's docstring says what that trades)."""
 
     rows: int
     block_k: int
     warps: int
+    x_tile: bool = False
 
     def as_dict(self) -> dict:
-        return {"rows": self.rows, "block_k": self.block_k, "warps": self.warps}
+        return {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,11 @@ def _gemv_table(table: dict) -> dict:
 # int4 row a quarter, so a program takes more columns per step to keep as many bytes in flight;
 # benchmarks/floor_limit.py prints measured ones (tune_launch_shapes).
 _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (8, 256, 4), "down": (2, 512, 4), "lm_head": (4, 512, 4)}
-_FP8_GUESS = {"qkv": (4, 1024, 4), "o": (2, 1024, 4), "gate_up": (4, 1024, 4), "down": (2, 1024, 4)}
-_INT4_GUESS = {"qkv": (4, 1024, 4), "o": (4, 1024, 4), "gate_up": (4, 1024, 4), "down": (4, 2048, 4)}
+# o and down (no norm prologue) load x as a tile: compiled for sm_90 that drops the shared-memory
+# barriers of x's relayout from their loops at no extra arithmetic (cuobjdump of the cubins); the
+# normalising roles would recompute the norm per tile element, so they keep the vector.
+_FP8_GUESS = {"qkv": (4, 1024, 4), "o": (2, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (2, 1024, 4, True)}
+_INT4_GUESS = {"qkv": (4, 1024, 4), "o": (4, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (4, 2048, 4, True)}
 
 LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_FP8_GUESS), "int4": _gemv_table(_INT4_GUESS)},

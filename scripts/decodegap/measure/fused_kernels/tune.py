@@ -26,10 +26,13 @@ from decodegap.measure.fused_kernels.launch import FORMATS, ROLES, AttentionConf
 from decodegap.measure.fused_kernels.ops import dequantize
 
 L2_FLUSH_BYTES = 512 * 2**20  # bytes of weight copies cycled per timing: several times the H200's 60 MB L2
-GEMV_CANDIDATES = {  # (rows, block_k, warps)
-    "dense": [(2, 512, 4), (4, 512, 4), (8, 256, 4), (1, 1024, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 8)],
-    "fp8": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8), (8, 1024, 8)],
-    "int4": [(4, 1024, 4), (8, 1024, 4), (8, 512, 4), (16, 512, 8), (4, 2048, 4), (8, 2048, 8)],
+GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
+    "dense": [(2, 512, 4), (4, 512, 4), (8, 256, 4), (1, 1024, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 8),
+              (2, 512, 4, True), (1, 1024, 4, True)],
+    "fp8": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8), (8, 1024, 8), (2, 1024, 4, True),
+            (4, 1024, 4, True)],
+    "int4": [(4, 1024, 4), (8, 1024, 4), (8, 512, 4), (16, 512, 8), (4, 2048, 4), (8, 2048, 8), (4, 1024, 4, True),
+             (4, 2048, 4, True), (8, 1024, 4, True)],
 }
 ATTENTION_CANDIDATES = [AttentionConfig(32, 2, 4, 2, True, "separate")] + [
     AttentionConfig(block_t, per_sm, warps, stages, False, combine)
@@ -215,7 +218,7 @@ class AttentionBench:
 def _key(config) -> str:
     """A launch shape as a short JSON key: rows x block_k / warps, or attention's fields."""
     if isinstance(config, GemvConfig):
-        return f"{config.rows}x{config.block_k}/{config.warps}w"
+        return f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
     c = config
     return f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
 
