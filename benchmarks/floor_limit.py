@@ -501,6 +501,8 @@ def attention_variants(table, device) -> dict:
         return {"table": att, "masked in-split": dataclasses.replace(att, skip_empty=False, combine="in_split")}
     out = {"table": att, "masked": dataclasses.replace(att, skip_empty=False),
            "masked in-split": dataclasses.replace(att, skip_empty=False, combine="in_split"),
+           "bt32 x4/SM masked": fk.AttentionConfig(32, 4, 4, 2, False, "separate"),
+           "bt32 x8/SM masked": fk.AttentionConfig(32, 8, 4, 2, False, "separate"),
            "bt64 x4/SM masked": fk.AttentionConfig(64, 4, 4, 2, False, "separate"),
            "bt128 x4/SM w8 masked": fk.AttentionConfig(128, 4, 8, 2, False, "separate")}
     return {n: c for i, (n, c) in enumerate(out.items()) if c not in list(out.values())[:i]}

@@ -171,11 +171,13 @@ def test_attention_over_the_cache_up_to_the_position(lever, pos, hq, hkv, d, gen
 
 
 @pytest.mark.parametrize("lever", ["skip, separate", "masked, in split"])
-def test_attention_at_long_context_over_many_splits(lever, gen):
-    """2,000 positions in 17 splits of 128 (the in-split combine reads them 16 a step), Llama's group of 4."""
-    config = fk.AttentionConfig(block_t=64, programs_per_sm=4, **LEVERS[lever])
-    plan = _attention_case(8, 2, 16, 2100, 1999, config, 9, gen)
-    assert plan.split == 128 and plan.n_splits == 17
+@pytest.mark.parametrize("block_t,per_sm,sms,splits", [(64, 4, 9, 17), (16, 2, 132, 132)])
+def test_attention_at_long_context_over_many_splits(lever, block_t, per_sm, sms, splits, gen):
+    """2,000 positions, Llama's group of 4: in 17 splits of 128, and in 132 of 16 (the combines read
+    them in steps: the separate one 128 a step, the in-split one 16)."""
+    config = fk.AttentionConfig(block_t=block_t, programs_per_sm=per_sm, **LEVERS[lever])
+    plan = _attention_case(8, 2, 16, 2100, 1999, config, sms, gen)
+    assert plan.n_splits == splits and plan.split * splits >= 2100
 
 
 def test_add_norm_adds_the_residual_and_normalises_for_the_next_layer(gen):

@@ -19,7 +19,7 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
   SPLIT      cache positions per attention split program
   BT         positions per attention loop step (a BT x D tile of K and of V)
   NS, NSP    attention splits, and padded to a power of 2
-  CS         splits per step of the in-split combine
+  CS         splits per step of a combine
   FMT        weight storage format: DENSE (as stored, bf16 or float32), FP8 (e4m3, a float32 scale
              per row), INT4 (int32 words of eight 4-bit values, a scale and zero per group of 128)
   XT         the input chunk loaded as a tile of W's shape, not a vector (GemvConfig.x_tile)

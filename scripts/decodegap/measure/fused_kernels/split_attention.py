@@ -32,6 +32,9 @@ from decodegap.measure.fused_kernels.gemv import HeadLayout
 from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
 
 COMBINE_SPLITS_PER_STEP = 16  # CS: splits the in-split combine reads per loop step (a CS x head_dim tile)
+# CS of the separate combine: up to 128 splits in one tile (the H200 table's 24-65 splits: one step,
+# the tile its sessions ran), more in steps of 128 (a tile of every split took 255 registers at 260)
+SEPARATE_COMBINE_SPLITS_PER_STEP = 128
 
 
 @dataclass(frozen=True)
@@ -95,32 +98,41 @@ def _attend_block(q, kbase, vbase, t0, end, d, dmask, m, l, acc, scale, D: tl.co
 
 
 @triton.jit
-def _combine_group(m_ptr, l_ptr, acc_ptr, o_ptr, h, n_active, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                   DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr):
-    """The in-split combine: each of KV head h's G query heads from the partials of its first
-    `n_active` splits, CS splits a step (loads through L2: other programs wrote them)."""
+def _load_partial(ptr, mask, other, CG: tl.constexpr):
+    """A load of the splits' partials; CG: through L2 only (another program of this launch wrote them)."""
+    if CG:
+        x = tl.load(ptr, mask=mask, other=other, cache_modifier=".cg")
+    else:
+        x = tl.load(ptr, mask=mask, other=other)
+    return x
+
+
+@triton.jit
+def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                        DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr):
+    """Query head g of KV head h from its first `n_active` splits' partials, CS splits a step:
+    o = sum w acc / sum w l, w = exp(m - max m); splits without a valid position (l = 0) weigh
+    nothing. With CS >= NS one step, as a single tile."""
     d = tl.arange(0, DP)
     c = tl.arange(0, CS)
-    for g in range(0, G):
-        tops = tl.full((CS,), float("-inf"), tl.float32)
-        for s0 in range(0, NS, CS):
-            s = s0 + c
-            m = tl.load(m_ptr + (h * NS + s) * GP + g, mask=s < n_active, other=float("-inf"), cache_modifier=".cg")
-            tops = tl.maximum(tops, m)
-        top = tl.max(tops, axis=0)
-        num = tl.zeros((DP,), tl.float32)
-        dens = tl.zeros((CS,), tl.float32)
-        for s0 in range(0, NS, CS):
-            s = s0 + c
-            smask = s < n_active
-            idx = (h * NS + s) * GP + g
-            m = tl.load(m_ptr + idx, mask=smask, other=float("-inf"), cache_modifier=".cg")
-            l = tl.load(l_ptr + idx, mask=smask, other=0.0, cache_modifier=".cg")
-            w = tl.where(smask & (l > 0), tl.exp(m - top), 0.0)
-            part = tl.load(acc_ptr + idx[:, None] * DP + d[None, :], mask=smask[:, None], other=0.0, cache_modifier=".cg")
-            num += tl.sum(part * w[:, None], axis=0)
-            dens += l * w
-        tl.store(o_ptr + (h * G + g) * D + d, (num / tl.sum(dens, axis=0)).to(o_ptr.dtype.element_ty), mask=d < D)
+    tops = tl.full((CS,), float("-inf"), tl.float32)
+    for s0 in range(0, NS, CS):
+        s = s0 + c
+        tops = tl.maximum(tops, _load_partial(m_ptr + (h * NS + s) * GP + g, (s < n_active) & (s < NS), float("-inf"), CG))
+    top = tl.max(tops, axis=0)
+    num = tl.zeros((DP,), tl.float32)
+    dens = tl.zeros((CS,), tl.float32)
+    for s0 in range(0, NS, CS):
+        s = s0 + c
+        smask = (s < n_active) & (s < NS)
+        idx = (h * NS + s) * GP + g
+        m = _load_partial(m_ptr + idx, smask, float("-inf"), CG)
+        l = _load_partial(l_ptr + idx, smask, 0.0, CG)
+        w = tl.where(smask & (l > 0), tl.exp(m - top), 0.0)
+        part = _load_partial(acc_ptr + idx[:, None] * DP + d[None, :], smask[:, None], 0.0, CG)
+        num += tl.sum(part * w[:, None], axis=0)
+        dens += l * w
+    tl.store(o_ptr + (h * G + g) * D + d, (num / tl.sum(dens, axis=0)).to(o_ptr.dtype.element_ty), mask=d < D)
 
 
 @triton.jit
@@ -163,29 +175,19 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
             n_active = (n_valid + SPLIT - 1) // SPLIT
             done = tl.atomic_add(count_ptr + h, 1, sem="acq_rel")  # orders this program's partials before the count
             if done == n_active - 1:
-                _combine_group(m_ptr, l_ptr, acc_ptr, o_ptr, h, n_active, G, GP, D, DP, NS, CS)
+                for g in range(0, G):
+                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G, GP, D, DP, NS, CS, True)
                 tl.atomic_xchg(count_ptr + h, 0)
 
 
 @triton.jit
 def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                              DP: tl.constexpr, NS: tl.constexpr, NSP: tl.constexpr, PDL: tl.constexpr):
-    """Program (query head): the splits' partial softmaxes joined, o = sum w acc / sum w l with
-    w = exp(m - max m); splits without a valid position weigh nothing."""
+                              DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr):
+    """Program (query head): the splits' partial softmaxes joined (_combine_query_head), CS splits a
+    step, so the registers a program holds do not grow with the number of splits."""
     pdl_start(PDL)
     qh = tl.program_id(0)
-    h = qh // G
-    s = tl.arange(0, NSP)
-    smask = s < NS
-    idx = (h * NS + s) * GP + qh % G
-    m = tl.load(m_ptr + idx, mask=smask, other=float("-inf"))
-    l = tl.load(l_ptr + idx, mask=smask, other=0.0)
-    top = tl.max(m, axis=0)
-    w = tl.where(smask & (l > 0), tl.exp(m - top), 0.0)
-    d = tl.arange(0, DP)
-    acc = tl.load(acc_ptr + idx[:, None] * DP + d[None, :], mask=smask[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
-    tl.store(o_ptr + qh * D + d, o.to(o_ptr.dtype.element_ty), mask=d < D)
+    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, qh // G, qh % G, NS, G, GP, D, DP, NS, CS, False)
 
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
@@ -218,4 +220,5 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
         SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, **launch_options(cfg.warps, pdl, cfg.stages))
     if not fused_combine:
         _attention_combine_kernel[(heads.n_heads,)](m, l, acc, out, G=group, GP=gp, D=d, DP=dp, NS=plan.n_splits,
-                                                    NSP=p2(plan.n_splits), PDL=pdl, **launch_options(4, pdl))
+                                                    CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), PDL=pdl,
+                                                    **launch_options(4, pdl))
