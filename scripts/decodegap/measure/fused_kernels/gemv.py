@@ -24,9 +24,11 @@ same for all, only the loop that reads W differs (`gemv_rows`):
          of a group holds column 16j + i of the group, so the x values each nibble multiplies are
          16 contiguous columns and a row's words load as one contiguous run
 
-int4 turns a nibble into a float without a conversion instruction: OR-ing q into the mantissa of
-2^23 (0x4B000000) gives the float 2^23 + q, and subtracting 2^23 + z leaves q - z exactly; a group's
-sum is scaled once. Per weight that is a shift, a mask-and-or, a subtract and a multiply-add.
+int4 turns a nibble into a float without a conversion or a shift: a nibble q at bits 4p..4p+3 of
+a word, masked out and OR-ed under the exponent of 2^(23 - 4p), is the float 2^(23 - 4p) + q
+(its mantissa's last bit is worth 2^-4p), and subtracting 2^(23 - 4p) + z leaves q - z exactly;
+nibbles 5..7 take one shift per word first, and a group's sum is scaled once. Per weight that is one
+and-or (LOP3), a subtract and a multiply-add (cuobjdump of the sm_90 cubin, fused_kernels.ahead).
 
 The input chunk x meets W's tile either as a vector (one load per step, which Triton then spreads
 to the tile's layout through shared memory, a barrier each step) or, with GemvConfig.x_tile, loaded
@@ -52,6 +54,7 @@ from decodegap.measure.fused_kernels.common import (
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INT4_MAGIC = 0x4B000000  # the float 2^23's bits: the int4 loop's exponent (a run-time argument: _int4_rows says why)
 FORMAT_CODES = {"dense": DENSE, "fp8": FP8, "int4": INT4}
 
 
@@ -156,11 +159,12 @@ def _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K: tl.constexpr, BK: tl.
 
 
 @triton.jit
-def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
+def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
                R: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
     """W[rows] . x over K for int4 words (module docstring): BK / 128 groups a step, an R x groups x 16
     tile of words, each word's eight nibbles against eight 16-column chunks of x; each group's sum
-    scaled by its row's scale once."""
+    scaled by its row's scale once. `magic` is 0x4B000000 (2^23's bits), passed at run time so that
+    ptxas keeps it in a register and the mask-and-or is one LOP3 (as two immediates it took two)."""
     GB: tl.constexpr = BK // 128  # groups per step
     NG: tl.constexpr = K // 128  # groups per row
     acc = tl.zeros((R, GB, 16), tl.float32)
@@ -174,27 +178,38 @@ def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.const
                         mask=m2[:, :, None], other=0, eviction_policy="evict_first")
         sz = rows[:, None] * NG + grp[None, :]
         scale = tl.load(s_ptr + sz, mask=m2, other=0.0).to(tl.float32)
-        magic_zero = tl.load(z_ptr + sz, mask=m2, other=0.0).to(tl.float32) + 8388608.0  # 2^23 + z, exact for z in 0..15
-        part = tl.zeros((R, GB, 16), tl.float32)
+        zero = tl.load(z_ptr + sz, mask=m2, other=0.0).to(tl.float32)
+        high = words >> 12  # nibbles 5, 6, 7 moved to bits 8..19, below the exponent
         for j in tl.static_range(8):
             cols = (grp * 128)[:, None] + j * 16 + i16[None, :]
             if XT:
                 x = input_chunk(x_ptr, g_ptr, cols[None, :, :] + 0 * rows[:, None, None], m2[:, :, None], rstd, NORM)
             else:
                 x = input_chunk(x_ptr, g_ptr, cols, gmask[:, None], rstd, NORM)[None, :, :]
-            q = ((words >> (4 * j)) & 15) | 0x4B000000  # the float 2^23 + q, bit for bit
-            part += (q.to(tl.float32, bitcast=True) - magic_zero[:, :, None]) * x
+            # nibble q at bits 4p..4p+3 under the exponent of 2^(23 - 4p): the float 2^(23 - 4p) + q, one
+            # and-or; minus 2^(23 - 4p) + z (exact for z in 0..15): q - z, exactly
+            if j < 5:
+                bits = (words & (15 << (4 * j))) | (magic - ((4 * j) << 23))
+                base = 2.0 ** (23 - 4 * j)
+            else:
+                bits = (high & (15 << (4 * (j - 3)))) | (magic - ((4 * (j - 3)) << 23))
+                base = 2.0 ** (23 - 4 * (j - 3))
+            term = (bits.to(tl.float32, bitcast=True) - (zero + base)[:, :, None]) * x
+            if j == 0:  # the group's sum starts from its first nibble's products (no zeroed tile to add to)
+                part = term
+            else:
+                part += term
         acc += part * scale[:, :, None]
     return tl.sum(tl.sum(acc, axis=2), axis=1)
 
 
 @triton.jit
-def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
+def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
               R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
     """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
     a tile when XT."""
     if FMT == FMT_INT4:
-        y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, NORM, XT)
+        y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT)
     else:
         y = _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K, BK, R, NORM, XT)
         if FMT == FMT_FP8:
@@ -216,7 +231,7 @@ def _halves(y, B: tl.constexpr):
 
 @triton.jit
 def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, vc_ptr,
-                     eps, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                     eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                      L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
                      HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
@@ -237,7 +252,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
         rstd = rstd_of(x_ptr, K, KP, eps)
         pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
         both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
-        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True, XT), BP)
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True, XT), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
             y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
@@ -267,7 +282,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
 
 
 @triton.jit
-def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, eps, N: tl.constexpr, K: tl.constexpr,
+def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, eps, magic, N: tl.constexpr, K: tl.constexpr,
                    KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
                    NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     """Program (block of BN rows): out = W (norm(x) when NORM, else x) (+ b) (+ res when RESIDUAL: the
@@ -279,7 +294,7 @@ def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, e
     rstd = 1.0
     if NORM:
         rstd = rstd_of(x_ptr, K, KP, eps)
-    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, BN, FMT, NORM, XT)
+    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     dt = out_ptr.dtype.element_ty
@@ -289,7 +304,7 @@ def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, e
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, I: tl.constexpr, K: tl.constexpr,
+def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr, K: tl.constexpr,
                     KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
                     FROM_Y: tl.constexpr, PDL: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) for rows n and n + I (or read from
@@ -306,7 +321,7 @@ def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, I: t
         pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
         own = tl.program_id(0) * BN + pair % BN
         both = own + (pair // BN) * I
-        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, both, own < I, K, BK, 2 * BN, FMT, True, XT), BN)
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, True, XT), BN)
     dt = out_ptr.dtype.element_ty
     gate = gate.to(dt).to(tl.float32)
     up = up.to(dt).to(tl.float32)
@@ -360,7 +375,7 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     w, s, z = _operand_args(op, x)
     _linear_kernel[(triton.cdiv(n, bn),)](
         x, norm_weight if norm_weight is not None else x, w, s, z, bias if bias is not None else x,
-        residual if residual is not None else x, out, eps, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
+        residual if residual is not None else x, out, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
         FMT=op.code, XT=shape.x_tile, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
         PDL=pdl,
         **launch_options(shape.warps, pdl))
@@ -407,7 +422,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     grid = ((heads.n_heads + 2 * heads.n_kv) * (half // bp),)
     _qkv_rope_kernel[grid](
         x, norm_weight, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
-        k_cache, v_cache, eps, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
+        k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
 
@@ -435,7 +450,7 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     bn = min(shape.rows, p2(inter))
     w, s, z = _operand_args(op, x)
     _gate_up_kernel[(triton.cdiv(inter, bn),)](
-        x, norm_weight, w, s, z, y if y is not None else x, out, eps, I=inter, K=k, KP=p2(k), BN=bn,
+        x, norm_weight, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
 
