@@ -353,3 +353,7 @@ def test_tune_launch_shapes_returns_what_a_fused_model_takes():
     assert got["gpu"] == "cpu" and got["attention"]["block_t"] in (32, 64, 128) and not got["skipped"]
     net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)
     assert net.describe()["gemv"]["o"] == got["gemv"]["dense"]["o"] and net.describe()["launch_shapes"] == got["source"]
+    from decodegap.measure.modes import FusedDecoder
+
+    net = FusedDecoder.from_dense(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, launch_shapes=got)
+    assert net.backend == "torch"  # the CPU's own step: what a session builds here, the shapes unused

@@ -52,8 +52,9 @@ class Decoder:
     layers: int | None = None  # the attention microbenchmark: calls per step
 
     @classmethod
-    def from_dense(cls, model, weights, max_cache_len: int):
-        """What this mode builds from the dense model before the weight path packs it (None: nothing)."""
+    def from_dense(cls, model, weights, max_cache_len: int, launch_shapes=None):
+        """What this mode builds from the dense model before the weight path packs it (None: nothing);
+        `launch_shapes`: the fused kernels' shapes, for a mode that runs them (None: its GPU's table)."""
         return None
 
     def prefill(self, input_ids) -> None:
@@ -288,12 +289,13 @@ class FusedDecoder(_CompiledCapture):
     own_attention = True  # its own decode attention: no kernel of the cell's attention path is expected in a step
 
     @classmethod
-    def from_dense(cls, model, weights, max_cache_len: int):
+    def from_dense(cls, model, weights, max_cache_len: int, launch_shapes=None):
         """The fused model, from the dense weights before the path packs them (it packs its joined
-        layers with the same path itself)."""
+        layers with the same path itself); `launch_shapes` as FusedModel's gemv_configs takes them
+        (tune_launch_shapes' dict, as an environment record would keep it)."""
         from decodegap.measure.fused import FusedModel
 
-        return FusedModel(model, weights, max_cache_len)
+        return FusedModel(model, weights, max_cache_len, gemv_configs=launch_shapes)
 
     def __init__(self, model, max_cache_len: int, net=None):
         import torch
@@ -355,10 +357,10 @@ MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecod
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 
-def pack(model, weights, arm_modes, max_cache_len: int):
+def pack(model, weights, arm_modes, max_cache_len: int, launch_shapes=None):
     """The model as the weight path stores it, and what each mode built from the dense weights first
-    (Decoder.from_dense), for make_decoder."""
-    dense = {mode: MODES[mode].from_dense(model, weights, max_cache_len) for mode in arm_modes}
+    (Decoder.from_dense; `launch_shapes` for the fused kernels, None: the GPU's table), for make_decoder."""
+    dense = {mode: MODES[mode].from_dense(model, weights, max_cache_len, launch_shapes) for mode in arm_modes}
     return weights.prepare(model), dense
 
 
