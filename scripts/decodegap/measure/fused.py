@@ -21,8 +21,9 @@ small to stream memory well and the gaps between them. This step is written for 
 
 It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
 the same logits: `logit_check` holds its error against a float32 reference to the transformers
-model's own on the session's prompt, `tests/test_fused.py` at float32 on the tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in
-the activations' dtype), so that in bf16 the two differ only in summation order and rounding.
+model's own on the session's prompt, `tests/test_fused.py` at float32 on the tiny cards. RMSNorm and
+RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in the activations' dtype),
+so that in bf16 the two differ only in summation order and rounding.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from decodegap.core.errors import CellNotPossible
 
 # The logit check (logit_check): the fused step's error against a float32 reference may be at most
 # LOGIT_CHECK_RATIO times the transformers model's own error in the same dtype (bf16 on the GPU:
-# summation order and rounding move logits by about 5e-2 of their norm at 28 layers, and a wrong RoPE,
-# mask or weight order by their whole size), plus LOGIT_CHECK_FLOOR (relative L2), which lets a
-# float32 step agree with a float32 reference (the tests'; both errors near 1e-7).
+# summation order and rounding move logits by about 5e-2 of their norm at 28 layers; swapped k and v
+# move them by their whole size, and even a RoPE turning the wrong way, which random weights' nearly
+# uniform attention hides well, by about twice the bf16 error: tests/test_fused.py), plus
+# LOGIT_CHECK_FLOOR (relative L2), which lets a float32 step agree with a float32 reference (the
+# tests'; both errors near 1e-7).
 LOGIT_CHECK_RATIO = 1.2
 LOGIT_CHECK_FLOOR = 1e-4
 LOGIT_CHECK_STEPS = 4  # decode steps compared after the prefill

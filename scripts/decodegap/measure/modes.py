@@ -338,8 +338,7 @@ class FusedDecoder(_CompiledCapture):
             raise CellNotPossible(f"the fused step's logits differ from a float32 reference by {check['rel_l2_max']:.3g} (relative "
                                   f"L2), more than {check['ratio_tolerance']} x the transformers model's own "
                                   f"{check['transformers_rel_l2_max']:.3g} + {check['abs_floor']}")
-        prompt, self._prompt = self._prompt, None
-        self.prefill(prompt)  # the check decoded past the prompt: start from the session's own prefill again
+        self.prefill(self._prompt)  # the check decoded past the prompt: start from the session's own prefill again
         self._prompt = None
         return super().prepare()
 
