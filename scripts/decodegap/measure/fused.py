@@ -37,7 +37,7 @@ from decodegap.core.errors import CellNotPossible
 # LOGIT_CHECK_RATIO times the transformers model's own error in the same dtype (bf16 on the GPU:
 # summation order and rounding move logits by about 5e-2 of their norm at 28 layers; swapped k and v
 # move them by their whole size, and even a RoPE turning the wrong way, which random weights' nearly
-# uniform attention hides well, by about twice the bf16 error: tests/test_fused.py), plus
+# uniform attention hides well, by nearly twice the bf16 error: tests/test_fused.py), plus
 # LOGIT_CHECK_FLOOR (relative L2), which lets a float32 step agree with a float32 reference (the
 # tests'; both errors near 1e-7).
 LOGIT_CHECK_RATIO = 1.2
