@@ -424,8 +424,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                 base = None
                 fmt = formats_of([quant])[0]
                 for name, change in variants.items():
-                    if set((change or {}).get("gemv", {})) - {fmt}:
-                        continue  # a lever of another storage format's GEMVs
+                    if set(change or {}) == {"gemv"} and fmt not in change["gemv"]:
+                        continue  # a lever of another storage format's GEMVs only
                     if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
                         continue
                     try:
