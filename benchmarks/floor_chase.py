@@ -11,7 +11,8 @@ the fused model from the dense weights, then packs the transformers model with t
   graphed   transformers' step on a StaticCache, one CUDA graph (the paper's best)
   compiled  the same step under torch.compile, captured as one CUDA graph
   fused     decodegap's own compact step (decodegap.measure.fused): its Triton kernels, one CUDA graph
-            (--gemv-configs: their launch shapes from benchmarks/fused_kernels.py --json)
+            (--gemv-configs: their launch shapes, from benchmarks/fused_kernels.py --json or floor_limit.py's
+            tuned_launch_shapes.json)
   peer      transformers' documented fast path: `generate` with a static cache, which compiles the
             decode step itself (reduce-overhead CUDA graphs); ms/token from two generation lengths,
             (t(n2) - t(n1)) / (n2 - n1), so the prefill cancels
@@ -77,7 +78,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved blocks per mode")
     ap.add_argument("--no-peer", action="store_true", help="leave out transformers' generate")
     ap.add_argument("--modes", nargs="+", default=["graphed", "compiled", "fused"], choices=["graphed", "compiled", "fused"])
-    ap.add_argument("--gemv-configs", help="JSON {role: {rows, block_k, warps}} for the fused step's GEMVs (default: GEMV_CONFIGS)")
+    ap.add_argument("--gemv-configs", help="JSON of the fused step's launch shapes: {role: {rows, block_k, warps}} for its bf16 GEMVs, "
+                                           "or tune_launch_shapes' dict (default: the GPU's LAUNCH_SHAPES entry)")
     a = ap.parse_args()
 
     import torch
@@ -89,15 +91,14 @@ def main() -> int:
     from decodegap.measure.anatomy import profile_steps
     from decodegap.measure.cards import build_model
     from decodegap.measure.fused import FusedModel
-    from decodegap.measure.fused_kernels import GemvConfig
     from decodegap.measure.modes import make_decoder
     from decodegap.measure.weights import get_weight_path
 
     card, gpu = load_models()[a.model], load_gpu(a.gpu)
     gemv = None
-    if a.gemv_configs:
+    if a.gemv_configs:  # either form: {role: shape} (fused_kernels.py --json) or tune_launch_shapes' dict (floor_limit.py)
         with open(a.gemv_configs) as f:
-            gemv = {role: GemvConfig(**c) for role, c in json.load(f).items()}
+            gemv = json.load(f)
     max_len = a.ctx + 16 + (a.rounds + 2) * a.steps + 64
     prompt = torch.randint(0, card.architecture["vocab_size"], (1, a.ctx), generator=torch.Generator().manual_seed(0)).cuda()
     print(f"{card.display_name}, ctx {a.ctx}, on {torch.cuda.get_device_name()} (torch {torch.__version__}); "

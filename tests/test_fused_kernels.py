@@ -1,11 +1,14 @@
 """The fused step's Triton kernels (decodegap.measure.fused_kernels) under Triton's CPU interpreter
 (tests/conftest.py switches it on before anything imports triton): each kernel against a float64
-reference on fresh random inputs with ragged sizes and NaN-poisoned outputs, and the whole kernel
-step against the transformers model's logits on the tiny cards.
+reference on fresh random inputs with ragged sizes and NaN-poisoned outputs, in every weight storage
+format (bf16 as stored, fp8 with a scale per row, int4 words with a scale and zero per group); the
+attention at split edges, past poisoned future slots, with each lever, and at long context; the
+launch shapes and their checks; and the whole kernel step against the transformers model's logits
+on the tiny cards.
 
 The interpreter's tl.dot on bf16 operands is wrong (Triton 3.6 on numpy 2: a 16 x 16 product errs by
 1e9), so the attention kernel, the one with tl.dot, is checked at float32 here and in bf16 on the
-GPU (benchmarks/fused_kernels.py, and every fused session's logit check)."""
+GPU (benchmarks/floor_limit.py, and every fused session's logit check)."""
 
 import dataclasses
 
@@ -18,14 +21,19 @@ from decodegap.core.config import load_models  # noqa: E402
 from decodegap.measure import fused_kernels as fk  # noqa: E402
 from decodegap.measure.cards import build_model  # noqa: E402
 from decodegap.measure.fused import FusedModel, logit_check  # noqa: E402
+from decodegap.measure.fused_kernels.ops import dequantize  # noqa: E402
 from decodegap.measure.modes import make_decoder  # noqa: E402
 from decodegap.measure.weights import get_weight_path  # noqa: E402
+from decodegap.measure.weights.fp8 import quantize_fp8_rows  # noqa: E402
+from decodegap.measure.weights.int4_triton import quantize_int4_words  # noqa: E402
 
 # float32 kernels against float64: summation order alone (~1e-7). bf16: the kernels round where
 # transformers rounds (the normalised input, its scaled copy, the linear's output, the activation),
 # up to 2^-9 of each value a time, 0.4-1.1e-2 in norm measured here; a wrong kernel errs by O(1).
 TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
 SMALL = fk.GemvConfig(rows=4, block_k=32, warps=4)  # small tiles, so the tiny shapes run several programs and K steps
+SMALL_INT4 = fk.GemvConfig(rows=4, block_k=128, warps=4)  # int4 steps whole groups of 128 columns
+FORMATS = ("dense", "fp8", "int4")
 
 
 def _rel(got, ref):
@@ -43,35 +51,61 @@ def gen():
     return torch.Generator().manual_seed(torch.randint(0, 2**31, ()).item())  # fresh inputs each run, as on the GPU
 
 
+def _weight(fmt, n, k, gen, dtype):
+    """A random n x k weight stored as `fmt` (by the weight paths' own quantizers), and the float64
+    matrix it stands for."""
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    if fmt == "dense":
+        return w.to(dtype), w.to(dtype).double()
+    op = fk.WeightOperand("fp8", *quantize_fp8_rows(w)) if fmt == "fp8" else fk.WeightOperand("int4", *quantize_int4_words(w))
+    return op, dequantize(op).double()
+
+
+def _shape(fmt, x_tile=False):
+    return dataclasses.replace(SMALL_INT4 if fmt == "int4" else SMALL, x_tile=x_tile)
+
+
+@pytest.mark.parametrize("x_tile", [False, True])  # x as a vector, or as a tile of W's shape
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(24, 64), (37, 96)])  # 37 rows: the last program half empty; 96: K not a power of 2
-def test_linear_with_norm_bias_and_residual_in_place(dtype, n, k, gen):
+@pytest.mark.parametrize("n,k", [(24, 128), (37, 384)])  # 37 rows: the last program half empty; 384: 3 int4 groups, K not a power of 2
+def test_linear_with_norm_bias_and_residual_in_place(fmt, dtype, n, k, x_tile, gen):
     x = torch.randn(k, generator=gen).to(dtype)
-    w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype)
+    w, w64 = _weight(fmt, n, k, gen, dtype)
     b, g = torch.randn(n, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
     res = torch.randn(n, generator=gen).to(dtype)
     out = torch.full((n,), float("nan"), dtype=dtype)
-    fk.linear(x, w, out, SMALL)
-    assert _rel(out, w.double() @ x.double()) < TOL[dtype]
+    fk.linear(x, w, out, shape=_shape(fmt, x_tile))
+    assert _rel(out, w64 @ x.double()) < TOL[dtype]
     out = res.clone()  # residual in place, as the o and down projections add into x
-    fk.linear(x, w, out, SMALL, b=b, g=g, eps=1e-5, residual=out)
-    ref = res.double() + w.double() @ _rms64(x, g, 1e-5) + b.double()
+    fk.linear(x, w, out, shape=_shape(fmt, x_tile), bias=b, norm_weight=g, eps=1e-5, residual=out)
+    ref = res.double() + w64 @ _rms64(x, g, 1e-5) + b.double()
     assert _rel(out, ref) < TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gate_up_is_silu_of_gate_times_up_from_either_input(dtype, gen):
-    inter, k = 40, 64
+@pytest.mark.parametrize("fmt,x_tile", [(f, False) for f in FORMATS] + [("int4", True)])
+def test_gate_up_is_silu_of_gate_times_up_from_either_input(fmt, x_tile, gen):
+    inter, k, dtype = 40, 256, torch.float32
+    x, g = torch.randn(k, generator=gen), 1 + torch.randn(k, generator=gen) / 4
+    w, w64 = _weight(fmt, 2 * inter, k, gen, dtype)
+    y64 = w64 @ _rms64(x, g, 1e-6)
+    ref = torch.nn.functional.silu(y64[:inter]) * y64[inter:]
+    out = torch.full((inter,), float("nan"))
+    fk.gate_up(x, w, out, norm_weight=g, eps=1e-6, shape=_shape(fmt, x_tile))
+    assert _rel(out, ref) < TOL[dtype]
+    out.fill_(float("nan"))  # a packed path's output: the epilogue alone
+    fk.gate_up(x, None, out, norm_weight=g, eps=1e-6, shape=SMALL, y=y64.float())
+    assert _rel(out, ref) < TOL[dtype]
+
+
+def test_gate_up_rounds_as_transformers_in_bf16(gen):
+    inter, k, dtype = 40, 64, torch.bfloat16
     x, g = torch.randn(k, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
     w = (torch.randn(2 * inter, k, generator=gen) / 4).to(dtype)
     y64 = w.double() @ _rms64(x, g, 1e-6)
-    ref = torch.nn.functional.silu(y64[:inter]) * y64[inter:]
     out = torch.full((inter,), float("nan"), dtype=dtype)
-    fk.gate_up(x, w, g, 1e-6, out, inter, SMALL)
-    assert _rel(out, ref) < TOL[dtype]
-    out.fill_(float("nan"))  # a packed path's output: the epilogue alone
-    fk.gate_up(x, None, g, 1e-6, out, inter, SMALL, y=y64.to(dtype))
-    assert _rel(out, ref) < TOL[dtype]
+    fk.gate_up(x, w, out, norm_weight=g, eps=1e-6, shape=SMALL)
+    assert _rel(out, torch.nn.functional.silu(y64[:inter]) * y64[inter:]) < TOL[dtype]
 
 
 def _rotate64(v, cos, sin):
@@ -79,19 +113,23 @@ def _rotate64(v, cos, sin):
     return v * torch.cat((cos, cos)) + torch.cat((-v[..., half:], v[..., :half]), dim=-1) * torch.cat((sin, sin))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(dtype, gen):
-    hq, hkv, d, k, length, pos = 4, 2, 16, 64, 12, 7
+@pytest.mark.parametrize("fmt,dtype,x_tile", [("dense", torch.float32, False), ("dense", torch.bfloat16, False),
+                                              ("dense", torch.float32, True), ("fp8", torch.float32, False),
+                                              ("int4", torch.float32, False)])
+def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(fmt, dtype, x_tile, gen):
+    hq, hkv, d, k, length, pos = 4, 2, 16, 128, 12, 7
+    heads = fk.HeadLayout(hq, hkv, d)
     x, g = torch.randn(k, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
-    w = (torch.randn((hq + 2 * hkv) * d, k, generator=gen) / 8).to(dtype)
-    b = torch.randn((hq + 2 * hkv) * d, generator=gen).to(dtype)
+    w, w64 = _weight(fmt, heads.qkv_rows, k, gen, dtype)
+    b = torch.randn(heads.qkv_rows, generator=gen).to(dtype)
     angles = torch.arange(length).double()[:, None] * (1e4 ** (-torch.arange(0, d, 2).double() / d))[None, :]
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     sentinel = 123.0
     q = torch.full((hq * d,), float("nan"), dtype=dtype)
     kc, vc = torch.full((hkv, length, d), sentinel, dtype=dtype), torch.full((hkv, length, d), sentinel, dtype=dtype)
-    fk.qkv_rope(x, w, b, g, 1e-6, cos, sin, torch.tensor([pos]), q, kc, vc, hq, hkv, d, fk.GemvConfig(4, 32, 4))
-    y = w.double() @ _rms64(x, g, 1e-6) + b.double()
+    fk.qkv_rope(x, w, heads=heads, position=torch.tensor([pos]), cos=cos, sin=sin, q_out=q, k_cache=kc, v_cache=vc,
+                norm_weight=g, eps=1e-6, shape=fk.GemvConfig(4, 32 if fmt != "int4" else 128, 4, x_tile), bias=b)
+    y = w64 @ _rms64(x, g, 1e-6) + b.double()
     qr, kr, vr = y.split([hq * d, hkv * d, hkv * d])
     c, s = cos[pos].double(), sin[pos].double()
     assert _rel(q, _rotate64(qr.view(hq, d), c, s).reshape(-1)) < TOL[dtype]
@@ -101,43 +139,119 @@ def test_qkv_rope_turns_q_and_k_and_appends_k_and_v_at_the_position_only(dtype, 
     assert (kc[:, others] == sentinel).all() and (vc[:, others] == sentinel).all(), "a cache row other than the position's was written"
 
 
-@pytest.mark.parametrize("pos", [0, 15, 16, 37, 47])  # the first slot, either side of a split's edge, the last slot
-@pytest.mark.parametrize("hq,hkv,d", [(4, 2, 16), (6, 2, 8), (7, 1, 32)])  # groups of 2, 3 and 7 (Qwen's), head_dim 8 padded to 16
-def test_attention_over_the_cache_up_to_the_position(pos, hq, hkv, d, gen):
-    length = 48
-    plan = fk.AttentionPlan.for_cache(length, hkv, block_t=16, programs=3 * hkv)  # 3 splits of 16: several per head
-    assert plan.n_splits * plan.split >= length and plan.n_splits == 3
+LEVERS = {"skip, separate": dict(skip_empty=True, combine="separate"), "masked, separate": dict(skip_empty=False, combine="separate"),
+          "masked, in split": dict(skip_empty=False, combine="in_split"), "skip, in split": dict(skip_empty=True, combine="in_split")}
+
+
+def _attention_case(hq, hkv, d, length, pos, config, sm_count, gen):
+    heads = fk.HeadLayout(hq, hkv, d)
+    plan = fk.AttentionPlan.for_cache(length, hkv, config, sm_count)
     q = torch.randn(hq * d, generator=gen)
     kc, vc = torch.randn(hkv, length, d, generator=gen), torch.randn(hkv, length, d, generator=gen)
     kc[:, pos + 1:] = 1e4  # positions past the step's own: attending to any would swamp the result
     vc[:, pos + 1:] = float("nan")
     out = torch.full((hq * d,), float("nan"))
-    fk.attention(q, kc, vc, torch.tensor([pos]), plan, fk.attention_scratch(plan, hq, hkv, d, "cpu"), out, hq, hkv, d, d**-0.5)
+    scratch = fk.attention_scratch(plan, heads, "cpu")
+    fk.attention(q, kc, vc, torch.tensor([pos]), out, plan=plan, scratch=scratch, heads=heads, scale=d**-0.5)
     qq = q.double().view(hkv, hq // hkv, d)
     scores = qq @ kc[:, : pos + 1].double().transpose(1, 2) * d**-0.5
     ref = (scores.softmax(-1) @ vc[:, : pos + 1].double()).reshape(-1)
     assert _rel(out, ref) < TOL[torch.float32]
+    assert not scratch[3].any(), "the in-split combine's counters are not back to zero for the next step"
+    return plan
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_add_norm_adds_the_residual_and_normalises_for_the_next_layer(dtype, gen):
-    h = 72
-    x, y = torch.randn(h, generator=gen).to(dtype), torch.randn(h, generator=gen).to(dtype)
-    g = (1 + torch.randn(h, generator=gen) / 4).to(dtype)
-    x0, xn = x.clone(), torch.full((h,), float("nan"), dtype=dtype)
-    fk.add_norm(x, y, g, 1e-5, xn)
-    total = x0.double() + y.double()
-    assert _rel(x, total) < TOL[dtype] and _rel(xn, _rms64(total, g, 1e-5)) < TOL[dtype]
-    fk.add_norm(x, None, g, 1e-5, xn)  # the first layer's norm: no add
-    assert _rel(x, total) < TOL[dtype]
+@pytest.mark.parametrize("lever", sorted(LEVERS))
+@pytest.mark.parametrize("pos", [0, 15, 16, 37, 47])  # the first slot, either side of a split's edge, the last slot
+@pytest.mark.parametrize("hq,hkv,d", [(4, 2, 16), (6, 2, 8), (7, 1, 32)])  # groups of 2, 3 and 7 (Qwen's), head_dim 8 padded to 16
+def test_attention_over_the_cache_up_to_the_position(lever, pos, hq, hkv, d, gen):
+    config = fk.AttentionConfig(block_t=16, programs_per_sm=3, **LEVERS[lever])
+    plan = _attention_case(hq, hkv, d, 48, pos, config, hkv, gen)  # 3 splits of 16 a head: several per head
+    assert plan.n_splits * plan.split >= 48 and plan.n_splits == 3
 
 
-def test_the_attention_plan_fills_the_gpu_at_every_cache_length():
-    for length in (2048 + 200, 16384 + 200):
-        for hkv in (4, 8):
-            plan = fk.AttentionPlan.for_cache(length, hkv)
-            assert plan.split % plan.block_t == 0 and plan.n_splits * plan.split >= length > (plan.n_splits - 1) * plan.split
-            assert fk.ATTENTION_PROGRAMS / 2 <= plan.n_splits * hkv <= fk.ATTENTION_PROGRAMS * 1.5
+@pytest.mark.parametrize("lever", ["skip, separate", "masked, in split"])
+@pytest.mark.parametrize("block_t,per_sm,sms,splits", [(64, 4, 9, 17), (16, 2, 132, 132)])
+def test_attention_at_long_context_over_many_splits(lever, block_t, per_sm, sms, splits, gen):
+    """2,000 positions, Llama's group of 4: in 17 splits of 128, and in 132 of 16 (the combines read
+    them in steps: the separate one 128 a step, the in-split one 16)."""
+    config = fk.AttentionConfig(block_t=block_t, programs_per_sm=per_sm, **LEVERS[lever])
+    plan = _attention_case(8, 2, 16, 2100, 1999, config, sms, gen)
+    assert plan.n_splits == splits and plan.split * splits >= 2100
+
+
+def test_add_norm_adds_the_residual_and_normalises_for_the_next_layer(gen):
+    for dtype in (torch.float32, torch.bfloat16):
+        h = 72
+        x, y = torch.randn(h, generator=gen).to(dtype), torch.randn(h, generator=gen).to(dtype)
+        g = (1 + torch.randn(h, generator=gen) / 4).to(dtype)
+        x0, xn = x.clone(), torch.full((h,), float("nan"), dtype=dtype)
+        fk.add_norm(x, y, g, xn, eps=1e-5)
+        total = x0.double() + y.double()
+        assert _rel(x, total) < TOL[dtype] and _rel(xn, _rms64(total, g, 1e-5)) < TOL[dtype]
+        fk.add_norm(x, None, g, xn, eps=1e-5)  # the first layer's norm: no add
+        assert _rel(x, total) < TOL[dtype]
+
+
+def test_the_attention_plan_follows_the_multiprocessors():
+    """Splits of whole loop steps covering the cache, about programs_per_sm x SMs programs over the KV
+    heads (fewer where a split would be shorter than a loop step); the H200's entry gives the plan its sessions ran (264 programs: two per multiprocessor)."""
+    for config in (fk.LAUNCH_SHAPES["h200"].attention, fk.LAUNCH_SHAPES["default"].attention):
+        for sms in (132, 78):
+            for length in (2048 + 200, 16384 + 200):
+                for hkv in (4, 8):
+                    plan = fk.AttentionPlan.for_cache(length, hkv, config, sms)
+                    target = config.programs_per_sm * sms
+                    assert plan.split % config.block_t == 0 and plan.n_splits * plan.split >= length > (plan.n_splits - 1) * plan.split
+                    assert plan.n_splits * hkv <= target * 1.5
+                    assert plan.n_splits * hkv >= target / 2 or plan.split == config.block_t  # a split is one loop step at least
+    assert fk.AttentionPlan.for_cache(16584, 4, fk.LAUNCH_SHAPES["h200"].attention, 132).split == 256  # as measured: 65 splits of 256
+    assert fk.sm_count_of("cpu") == 132
+
+
+def test_launch_shapes_by_gpu_type_and_from_a_tuned_dict():
+    h200 = fk.launch_shapes_for("h200")
+    assert h200.gemv_for("dense", "qkv") == fk.GemvConfig(4, 512, 4) == fk.GEMV_CONFIGS["qkv"]
+    assert fk.launch_shapes_for("l4") is fk.LAUNCH_SHAPES["default"] and fk.gpu_key_of("cpu") == "cpu"
+    assert h200.gemv_for("fp8", "lm_head") == h200.gemv["dense"]["lm_head"]  # the output projection is always dense
+    assert fk.resolve(None, "cpu") is fk.LAUNCH_SHAPES["cpu"]
+    roles = fk.resolve({"o": {"rows": 1, "block_k": 64, "warps": 2}}, "cpu", "h200")  # the --gemv-configs form
+    assert roles.gemv["dense"]["o"] == fk.GemvConfig(1, 64, 2) and roles.gemv["dense"]["qkv"] == h200.gemv["dense"]["qkv"]
+    tuned = {"gemv": {"int4": {"down": {"rows": 8, "block_k": 1024, "warps": 8}}}, "attention": {"block_t": 64, "combine": "in_split"},
+             "pdl": True, "gpu": "h200", "timings_us": {}, "source": "tuned"}
+    got = fk.resolve(tuned, "cpu", "h200")
+    assert got.gemv["int4"]["down"] == fk.GemvConfig(8, 1024, 8) and got.attention.block_t == 64 and got.attention.combine == "in_split"
+    assert got.attention.programs_per_sm == h200.attention.programs_per_sm and got.pdl and got.source == "tuned"
+    assert fk.resolve(got.as_dict(), "cpu", "h200") == got  # the JSON form reads back
+    with pytest.raises(ValueError, match="unknown role.*qkvv.*roles are qkv, o, gate_up, down, lm_head"):
+        fk.resolve({"qkvv": {"rows": 1, "block_k": 64, "warps": 2}}, "cpu")
+    with pytest.raises(ValueError, match="unknown format 'int8'"):
+        fk.resolve({"gemv": {"int8": {}}}, "cpu")
+    with pytest.raises(ValueError, match="combine 'fused'"):
+        fk.AttentionConfig(combine="fused")
+
+
+def test_the_launch_wrappers_name_a_bad_tensor():
+    x, w, out = torch.randn(64), torch.randn(8, 64), torch.empty(8)
+    with pytest.raises(ValueError, match="linear: x must be contiguous"):
+        fk.linear(torch.randn(64, 2)[:, 0], w, out, shape=SMALL)
+    with pytest.raises(ValueError, match="linear: out must hold 8 elements, not 7"):
+        fk.linear(x, w, torch.empty(7), shape=SMALL)
+    w8, scale = quantize_fp8_rows(w)
+    with pytest.raises(ValueError, match=r"linear: weight.scale must be float32, not bfloat16"):
+        fk.linear(x, fk.WeightOperand("fp8", w8, scale.bfloat16()), out, shape=SMALL)
+    with pytest.raises(ValueError, match="linear: weight has 64 columns, not whole int4 groups of 128"):
+        fk.linear(x, fk.WeightOperand("int4", torch.zeros(8, 8, dtype=torch.int32), None, None), out, shape=SMALL)
+    words, s, z = quantize_int4_words(torch.randn(8, 128))
+    with pytest.raises(ValueError, match="int4 reads whole groups: block_k 32"):
+        fk.linear(torch.randn(128), fk.WeightOperand("int4", words, s, z), out, shape=SMALL)
+    with pytest.raises(ValueError, match=r"gate_up: weight is 8 x 64; out and x need 20 x 64"):
+        fk.gate_up(x, w, torch.empty(10), norm_weight=torch.ones(64), eps=1e-6, shape=SMALL)
+    heads = fk.HeadLayout(2, 1, 16)
+    with pytest.raises(ValueError, match=r"attention: k_cache must be \(kv heads 1, positions, head_dim 16\)"):
+        plan = fk.AttentionPlan.for_cache(32, 1)
+        fk.attention(torch.randn(32), torch.randn(2, 32, 16), torch.randn(1, 32, 16), torch.tensor([3]), torch.empty(32), plan=plan,
+                     scratch=fk.attention_scratch(plan, heads, "cpu"), heads=heads, scale=0.25)
 
 
 def _card(key, **arch):
@@ -150,6 +264,7 @@ KERNEL_CARDS = {
     "tiny-llama3-rope": _card("tiny-llama", rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
 }
+WIDE = _card("tiny-llama", hidden_size=256, intermediate_size=256, head_dim=64)  # whole int4 groups of 128 columns
 
 
 @pytest.mark.parametrize("name", sorted(KERNEL_CARDS))
@@ -157,25 +272,42 @@ def test_the_kernel_step_gives_the_models_logits_at_float32(name):
     model = build_model(KERNEL_CARDS[name], "cpu", "sdpa", 0).float()
     net = FusedModel(model, get_weight_path("bf16"), 64, backend="triton", gemv_configs={"lm_head": SMALL, "gate_up": SMALL})
     check = logit_check(model, net, prompt_tokens=20, steps=3)
-    assert check["rel_l2_max"] <= 1e-5 and check["top1_agree"] == check["compared"], check
+    assert check["rel_l2_max"] <= 1e-5 and check["top1_agree"] == check["compared"] and check["agrees"], check
     assert net.describe()["gemv"]["lm_head"] == SMALL.as_dict() and net.describe()["attention"]["splits"] >= 1
 
 
-def test_the_kernel_step_runs_a_packed_paths_gemvs_with_the_same_epilogues():
-    """int4-tinygemm: the path's own matmuls (the CPU kernel here), the kernels' RoPE, append, SiLU and
-    residual-plus-norm around them; the same logits as the packed transformers model."""
-    card = _card("tiny-llama", hidden_size=256, intermediate_size=256, head_dim=64)  # whole groups of 128 columns
-    path = get_weight_path("int4-tinygemm")
-    dense = build_model(card, "cpu", "sdpa", 0).float()
+@pytest.mark.parametrize("quant", ["fp8", "int4-triton"])
+def test_the_kernel_step_reads_fp8_and_int4_weights_itself(quant):
+    """The path's stored tensors inside the fused kernels (the same prologues and epilogues as bf16):
+    the logits of the transformers model holding the path's dequantized weights, at float32."""
+    path = get_weight_path(quant)
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
     net = FusedModel(dense, path, 64, backend="triton")
-    check = logit_check(path.prepare(dense), net)
-    assert net.describe()["weights"] == "packed by the path"
-    assert check["rel_l2_max"] <= 1e-5 and check["agrees"], check
+    check = logit_check(path.prepare(dense), net, prompt_tokens=20, steps=3)
+    fmt = "fp8" if quant == "fp8" else "int4"
+    assert net.describe()["weights"] == f"packed by the path, read by the fused kernels ({fmt})"
+    assert net.describe()["gemv"]["down"] == fk.LAUNCH_SHAPES["cpu"].gemv[fmt]["down"].as_dict()
+    assert check["rel_l2_max"] <= 1e-5 and check["agrees"] and check["top1_agree"] == check["compared"], check
+
+
+def test_the_kernel_step_runs_a_packed_paths_gemvs_with_the_same_epilogues():
+    """int4-tinygemm: the path's own matmuls (the CPU kernel here, bf16 inside), the kernels' RoPE,
+    append, SiLU and residual-plus-norm around them: the same logits as the plain-op step running
+    the same matmuls, and near the reference on the weights the kernel multiplies by."""
+    path = get_weight_path("int4-tinygemm")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    nets = {backend: FusedModel(dense, path, 64, backend=backend) for backend in ("triton", "torch")}
+    packed = path.prepare(dense)
+    checks = {backend: logit_check(packed, net) for backend, net in nets.items()}
+    assert nets["triton"].describe()["weights"] == "packed by the path"
+    assert abs(checks["triton"]["rel_l2_max"] - checks["torch"]["rel_l2_max"]) < 1e-5, checks  # the same step, but for our kernels
+    assert checks["triton"]["rel_l2_max"] < 2e-2  # tinygemm's bf16 inputs against the float32 reference
 
 
 def test_the_fused_decoder_decodes_the_static_caches_tokens_with_the_kernels():
-    """The mode on the kernel backend: no torch.compile (compile_s is the first call), the same tokens
-    as the static cache, the step's description ready for the session."""
+    """The mode on the kernel backend: no torch.compile (compile_s is the first call), the logit check
+    on the session's own prompt in prepare, the same tokens as the static cache, the step's
+    description ready for the session."""
     card = KERNEL_CARDS["tiny-qwen"]
     model = build_model(card, "cpu", "sdpa", 0).float()
     prompt = torch.randint(0, card.architecture["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(1))
@@ -191,13 +323,37 @@ def test_the_fused_decoder_decodes_the_static_caches_tokens_with_the_kernels():
             out.append(dec.read_token())
         tokens[mode] = out
     assert dec.step_info["backend"] == "triton" and dec.compile_cache == {"fxgraph_cache_hit": 0, "fxgraph_cache_miss": 0}
+    assert dec.logit_check["context"] == 20 and dec.logit_check["agrees"]
     assert 0 < dec.jit_s < dec.compile_s  # the kernels' first launch (their JIT) counts, though it ran before the logit check
     assert tokens["fused"] == tokens["static"][-len(tokens["fused"]):]
 
 
-def test_unknown_launch_roles_and_backends_are_named():
+def test_unknown_launch_roles_backends_and_levers_are_named():
     model = build_model(KERNEL_CARDS["tiny-qwen"], "cpu", "sdpa", 0).float()
     with pytest.raises(ValueError, match="unknown role.*qkvv.*roles are qkv, o, gate_up, down, lm_head"):
         FusedModel(model, get_weight_path("bf16"), 32, backend="triton", gemv_configs={"qkvv": SMALL})
     with pytest.raises(ValueError, match="fused backend 'cuda'"):
         FusedModel(model, get_weight_path("bf16"), 32, backend="cuda")
+    with pytest.raises(ValueError, match="programmatic dependent launch needs a CUDA GPU"):
+        FusedModel(model, get_weight_path("bf16"), 32, backend="triton", gemv_configs={"pdl": True})
+    assert fk.pdl_available("cpu") == "programmatic dependent launch needs a CUDA GPU"
+
+
+def test_tune_launch_shapes_returns_what_a_fused_model_takes():
+    """The sweep's mechanics on the interpreter (host time says nothing of a GPU): one candidate
+    table per format and role, an attention config, JSON-able, and a fused model built from it."""
+    import json
+
+    arch = dict(WIDE.architecture, vocab_size=256)
+    got = fk.tune_launch_shapes("cpu", [arch], budget_s=60, formats=("dense", "int4"), ctxs=(40,), layers=1,
+                                gemv_candidates={"dense": [(4, 64, 4), (64, 256, 4)], "int4": [(64, 256, 4)]},
+                                attention_candidates=[fk.AttentionConfig(), fk.AttentionConfig(64, 4, 4, 2, False, "in_split")])
+    json.dumps(got)
+    assert set(got["gemv"]) == {"dense", "int4"} and set(got["gemv"]["dense"]) == set(fk.ROLES) and "lm_head" not in got["gemv"]["int4"]
+    assert got["gpu"] == "cpu" and got["attention"]["block_t"] in (32, 64, 128) and not got["skipped"]
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)
+    assert net.describe()["gemv"]["o"] == got["gemv"]["dense"]["o"] and net.describe()["launch_shapes"] == got["source"]
+    from decodegap.measure.modes import FusedDecoder
+
+    net = FusedDecoder.from_dense(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, launch_shapes=got)
+    assert net.backend == "torch"  # the CPU's own step: what a session builds here, the shapes unused

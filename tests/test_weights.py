@@ -48,6 +48,10 @@ STORED_BYTES = {
     "awq-marlin": lambda n, k: (k // 16) * (2 * n) * 4 + (k // 128) * n * 2 + (k // 128) * (n // 8) * 4,
     # int32 words of eight 4-bit values; a bf16 scale and a bf16 zero per group of 128 and column
     "gemlite": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 * 2,
+    # one e4m3 byte a weight; a float32 scale per row (output channel)
+    "fp8": lambda n, k: n * k + n * 4,
+    # int32 words of eight 4-bit values along K; a bf16 scale and a bf16 zero per group of 128 columns and row
+    "int4-triton": lambda n, k: (k // 8) * n * 4 + (k // 128) * n * 2 * 2,
 }
 
 
@@ -184,3 +188,60 @@ def test_marlin_without_its_sources_says_how_to_lay_them_out(monkeypatch, tmp_pa
     monkeypatch.setenv(weights.MARLIN_SRC, str(tmp_path / "none"))
     with pytest.raises(ModuleNotFoundError, match="envs/build_marlin.py <vllm sdist>"):
         weights.marlin_ops()
+
+
+def test_fp8_rows_scale_to_the_format_range_and_round_to_nearest():
+    from decodegap.measure.weights.fp8 import quantize_fp8_rows
+
+    w = torch.randn(16, 96, generator=torch.Generator().manual_seed(6)) * torch.logspace(-3, 1, 16)[:, None]
+    q, scale = quantize_fp8_rows(w)
+    assert q.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32 and scale.shape == (16,)
+    assert torch.equal(q.float().abs().amax(1), torch.full((16,), 448.0))  # each row's largest weight at e4m3's largest value
+    err = (q.float() * scale[:, None] - w).abs()
+    assert bool((err <= 2.0**-4 * w.abs() + 2.0**-9 * scale[:, None]).all())  # half of e4m3's 3-bit mantissa step (subnormals: 2^-9)
+
+
+def test_int4_words_place_column_16j_plus_i_of_a_group_in_nibble_j_of_word_i():
+    """The int4-triton format by its definition: word i of a group of a row holds the group's column
+    16 j + i in bits 4j..4j+3; integer zeros; w ~ (q - zero) * scale within half a step, and dense()
+    is exactly (q - zero) * scale."""
+    from decodegap.measure.weights.int4_triton import quantize_int4_words
+
+    w = torch.randn(8, 256, generator=torch.Generator().manual_seed(7)) / 16
+    words, scales, zeros = quantize_int4_words(w)
+    assert words.dtype == torch.int32 and words.shape == (8, 32) and scales.shape == zeros.shape == (8, 2)
+    assert scales.dtype == zeros.dtype == torch.bfloat16 and torch.equal(zeros.float().round(), zeros.float())
+    s, z = scales.float().repeat_interleave(128, 1), zeros.float().repeat_interleave(128, 1)
+    q = (w / s + z).round().clamp(0, 15)  # the format's values, N x K
+    for row, col in ((0, 0), (1, 5), (2, 16), (3, 127), (4, 128), (5, 200), (7, 255)):
+        group, within = divmod(col, 128)
+        j, i = divmod(within, 16)
+        word = int(words[row, group * 16 + i]) & 0xFFFFFFFF
+        assert (word >> (4 * j)) & 15 == int(q[row, col]), (row, col)
+    assert bool((((q - z) * s - w).abs() <= 0.5 * s + 1e-6).all())
+    lin = torch.nn.Linear(256, 8, bias=False).requires_grad_(False)
+    lin.weight.copy_(w)
+    packed = PATHS["int4-triton"].pack(lin)
+    assert torch.equal(packed.qweight, words) and torch.equal(PATHS["int4-triton"].dense(packed), (q - z) * s)
+
+
+@pytest.mark.parametrize("name", ["fp8", "int4-triton"])
+def test_our_packed_layers_store_their_bytes_and_dense_is_what_the_kernel_multiplies_by(name):
+    """module_bytes == bytes_per_layer, and a batch-1 call (our Triton GEMV, under the interpreter)
+    equals x @ dense().T at float32: dense() is the weight the kernel reads, not an approximation."""
+    g = torch.Generator().manual_seed(8)
+    lin = torch.nn.Linear(384, 40, bias=True).requires_grad_(False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(40, 384, generator=g) / 20)
+    mod = PATHS[name].pack(lin)
+    from decodegap.measure.weights import module_bytes
+
+    assert module_bytes(mod) - lin.bias.numel() * 4 == PATHS[name].bytes_per_layer(40, 384) == STORED_BYTES[name](40, 384)
+    assert set(mod.weight_buffers) == ({"weight_fp8", "weight_scale"} if name == "fp8" else {"qweight", "scales", "zeros"})
+    x = torch.randn(1, 384, generator=g)
+    with torch.no_grad():
+        got = mod(x)
+        ref = x.double() @ PATHS[name].dense(mod).double().T + lin.bias.double()
+        prefill = mod(x.repeat(3, 1))  # several rows: the dequantized matmul
+    assert float((got.double() - ref).abs().max()) < 1e-5 * float(ref.abs().max())
+    assert torch.allclose(prefill[1:2], got, atol=1e-5)

@@ -4,22 +4,26 @@ The transformers step launches about 1,500 kernels; most of its time, even graph
 small to stream memory well and the gaps between them. This step is written for one token:
 
 - per layer, the q/k/v projections are one matrix and gate/up another (one GEMV each instead of
-  three and two), stored by the session's weight path (bf16, or packed into a 4-bit format by the
-  same `pack` the weight-path cells use, so W is unchanged);
+  three and two), stored by the session's weight path (bf16, or packed into the path's format by
+  the same `pack` the weight-path cells use, so W is unchanged);
 - the KV cache is a K and a V tensor per layer, written in place at a position held on the device;
 - on CUDA (backend "triton") a layer is six Triton launches (decodegap.measure.fused_kernels):
   the RMSNorms, RoPE, the KV append, SiLU x up and the residual adds ride inside the GEMVs, and
-  attention is a split-over-positions decode kernel; a packed path's own GEMV replaces the bf16 one,
-  with the same epilogues run on its output. The mode (decodegap.measure.modes.FusedDecoder)
-  captures the step as one CUDA graph;
+  attention is a split-over-positions decode kernel. The GEMV kernels read bf16, and the fp8 and
+  int4-triton paths' stored tensors, themselves (the same prologues and epilogues); another packed
+  path's own GEMV (int4-tinygemm) replaces the bf16 one, with the same epilogues run on its
+  output. Launch shapes and levers come per GPU type (fused_kernels.launch, or what
+  tune_launch_shapes chose). The mode (decodegap.measure.modes.FusedDecoder) captures the step as
+  one CUDA graph;
 - backend "torch" is the same step in plain PyTorch ops (two small matmuls with a length mask for
   attention), which torch.compile fuses: the CPU's step. The kernels are tested under Triton's CPU
   interpreter against float64 references and the transformers model (tests/test_fused_kernels.py).
 
 It loads the weights of the transformers model it is given (random or a real checkpoint), and gives
-the same logits: `logit_check` compares them on the device, `tests/test_fused.py` at float32 on the
-tiny cards. RMSNorm and RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in
-the activations' dtype), so that in bf16 the two differ only in summation order and rounding.
+the same logits: `logit_check` holds its error against a float32 reference to the transformers
+model's own on the session's prompt, `tests/test_fused.py` at float32 on the tiny cards. RMSNorm and
+RoPE follow transformers' arithmetic (float32 variance, cos/sin tables in the activations' dtype),
+so that in bf16 the two differ only in summation order and rounding.
 """
 
 from __future__ import annotations
@@ -29,10 +33,17 @@ from types import SimpleNamespace
 from decodegap.core.config import SUPPORTED_MODEL_TYPES
 from decodegap.core.errors import CellNotPossible
 
-# The device check: relative L2 distance of the fused logits from the transformers model's, bf16
-# (summation order alone moves bf16 logits by about 1e-2 of their norm; a wrong RoPE, mask or
-# weight order moves them by their whole size).
-LOGIT_CHECK_REL_TOL = 0.1
+# The logit check (logit_check): the fused step's error against a float32 reference may be at most
+# LOGIT_CHECK_RATIO times the transformers model's own error in the same dtype (bf16 on the GPU:
+# summation order and rounding move logits by about 5e-2 of their norm at 28 layers; swapped k and v
+# move them by their whole size, and even a RoPE turning the wrong way, which random weights' nearly
+# uniform attention hides well, by nearly twice the bf16 error: tests/test_fused.py), plus
+# LOGIT_CHECK_FLOOR (relative L2), which lets a float32 step agree with a float32 reference (the
+# tests'; both errors near 1e-7).
+LOGIT_CHECK_RATIO = 1.2
+LOGIT_CHECK_FLOOR = 1e-4
+LOGIT_CHECK_STEPS = 4  # decode steps compared after the prefill
+LOGIT_CHECK_PREFILL_CHUNK = 2048  # the references' prefill in chunks: an 8B model's float32 activations stay small
 
 
 def composes(weights, model_type: str) -> str | None:
@@ -68,18 +79,22 @@ class FusedModel:
 
     Built from the dense (bf16) model, before the session's weight path packs it: the concatenated
     layers are packed here by the same path. `backend`: "triton" (CUDA's default: the fused kernels)
-    or "torch" (the CPU's: plain ops, for torch.compile); `gemv_configs` overrides the kernels' launch
-    shapes by role (decodegap.measure.fused_kernels.GEMV_CONFIGS)."""
+    or "torch" (the CPU's: plain ops, for torch.compile). `gemv_configs`: the kernels' launch shapes
+    and levers, in any form decodegap.measure.fused_kernels.resolve takes (None: the table's entry
+    for the device's GPU type, or for `gpu`, a config/gpus.yaml key; {role: shape}: the bf16 roles
+    changed; tune_launch_shapes' dict: everything it chose)."""
 
     BACKENDS = ("triton", "torch")
 
-    def __init__(self, model, weights, max_cache_len: int, backend: str | None = None, gemv_configs: dict | None = None):
+    def __init__(self, model, weights, max_cache_len: int, backend: str | None = None, gemv_configs=None,
+                 gpu: str | None = None):
         import torch
 
         cfg = model.config
         why = composes(weights, cfg.model_type)
         if why:
             raise CellNotPossible(why)
+        self.weights = weights
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.group = self.n_heads // self.n_kv
@@ -132,6 +147,10 @@ class FusedModel:
             layer.down = joined([m.down_proj])
             self.layers.append(layer)
         self.intermediate = block.mlp.gate_proj.out_features
+        # the weights the fused kernels read themselves: bf16 as joined, or a path's packed tensors in a
+        # format they read (fp8, int4-triton: the module's `operand`); any other path runs its own GEMV
+        operand = getattr(layer.qkv, "operand", None)
+        self.kernel_format = "dense" if not self.packed else operand.format if operand is not None else None
         # a K and a V tensor per layer, (kv heads, positions, head_dim). Not views of one tensor: Inductor
         # turns an in-place write into a view into a copy of the whole base tensor (measured on the H200
         # at commit 96ac358: the fused step's GPU time 1.5 ms over the compiled transformers step's),
@@ -141,10 +160,12 @@ class FusedModel:
         self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         self.slots = torch.arange(max_cache_len, device=self.device)
         if self.backend == "triton":
-            self._triton_buffers(gemv_configs or {})
+            self.set_launch_shapes(gemv_configs, gpu)
 
-    def _triton_buffers(self, overrides: dict) -> None:
-        """The step's fixed buffers (a captured graph replays into them) and the kernels' launch plan."""
+    def set_launch_shapes(self, spec, gpu: str | None = None) -> None:
+        """The kernels' launch shapes and levers (`spec`: any form fused_kernels.resolve takes), the
+        attention's plan, and the step's fixed buffers (a captured graph replays into them: capture
+        again after this). Benchmarks switch levers on one model with it."""
         import torch
 
         from decodegap.measure import fused_kernels as fk
@@ -152,11 +173,16 @@ class FusedModel:
         why = fk.usable_here(self.device)
         if why:
             raise ValueError(f"fused backend triton: {why}")
-        unknown = sorted(set(overrides) - set(fk.GEMV_CONFIGS))
-        if unknown:
-            raise ValueError(f"gemv_configs: unknown role(s) {', '.join(unknown)}; roles are {', '.join(fk.GEMV_CONFIGS)}")
-        self.gemv = {**fk.GEMV_CONFIGS, **overrides}
-        self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv)
+        self.shapes = fk.resolve(spec, self.device, gpu)
+        if self.shapes.pdl:
+            why = fk.pdl_available(self.device)
+            if why:
+                raise ValueError(f"launch shapes ask for programmatic dependent launch: {why}")
+        fmt = self.kernel_format or "dense"
+        self.gemv = {role: self.shapes.gemv_for("dense" if role == "lm_head" else fmt, role) for role in fk.ROLES}
+        self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)
+        self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv, self.shapes.attention,
+                                                         fk.sm_count_of(self.device))
         hidden, qd = self.embed.shape[1], self.n_heads * self.head_dim
 
         def buf(n):
@@ -164,15 +190,23 @@ class FusedModel:
 
         self._x, self._xn, self._q, self._attn = buf(hidden), buf(hidden), buf(qd), buf(qd)
         self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
-        self._scratch = fk.attention_scratch(self.attention_plan, self.n_heads, self.n_kv, self.head_dim, self.device)
+        self._scratch = fk.attention_scratch(self.attention_plan, self.heads, self.device)
 
     def describe(self) -> dict:
-        """What a session records of the step: its backend and, for the kernels, their launch shapes."""
-        out = {"backend": self.backend, "weights": "packed by the path" if self.packed else "bf16 joined"}
+        """What a session records of the step: its backend and, for the kernels, their launch shapes,
+        the attention's split of the cache and the levers."""
+        if not self.packed:
+            weights = "bf16 joined"
+        elif self.kernel_format:
+            weights = f"packed by the path, read by the fused kernels ({self.kernel_format})"
+        else:
+            weights = "packed by the path"
+        out = {"backend": self.backend, "weights": weights}
         if self.backend == "triton":
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
-            p = self.attention_plan
-            out["attention"] = {"split_positions": p.split, "splits": p.n_splits, "block_positions": p.block_t}
+            out["attention"] = self.attention_plan.as_dict()
+            out["pdl"] = self.shapes.pdl
+            out["launch_shapes"] = self.shapes.source
         return out
 
     def _rms(self, x, w):
@@ -235,7 +269,16 @@ class FusedModel:
         triton returns its logits buffer, which the next step overwrites."""
         if self.backend == "torch":
             return self.forward(token, position)
-        return self._decode_packed(token, position) if self.packed else self._decode_kernels(token, position)
+        for _, launch in self.launches(token, position):
+            launch()
+        return self._logits.view(1, -1)
+
+    def launches(self, token, position) -> list:
+        """Backend triton's step as its launches in order, each (kind, call): "gemv" (a weight read
+        with its prologue and epilogue), "attention" (the split kernel and its combine) or "other"
+        (the embedding row; a packed path's epilogues and add_norm). A benchmark captures the kinds
+        apart to take a step's time apart."""
+        return self._kernel_launches(token, position) if self.kernel_format else self._packed_launches(token, position)
 
     def _embed(self, token):
         import torch
@@ -245,74 +288,178 @@ class FusedModel:
     def _attend(self, i, position):
         from decodegap.measure import fused_kernels as fk
 
-        fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self.attention_plan, self._scratch, self._attn,
-                     self.n_heads, self.n_kv, self.head_dim, self.scale)
+        fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn, plan=self.attention_plan,
+                     scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl)
 
-    def _decode_kernels(self, token, position):
-        """bf16: six launches a layer, every small op inside a GEMV."""
+    @staticmethod
+    def _operand(linear):
+        """What the kernels read of a joined layer: its packed tensors, or the bf16 matrix."""
         from decodegap.measure import fused_kernels as fk
 
-        x, g = self._x, self.gemv
-        self._embed(token)
-        for i, layer in enumerate(self.layers):
-            fk.qkv_rope(x, layer.qkv.weight, layer.qkv.bias, layer.in_norm, self.eps, self.cos, self.sin, position, self._q,
-                        self.k_cache[i], self.v_cache[i], self.n_heads, self.n_kv, self.head_dim, g["qkv"])
-            self._attend(i, position)
-            fk.linear(self._attn, layer.o.weight, x, g["o"], b=layer.o.bias, residual=x)
-            fk.gate_up(x, layer.gate_up.weight, layer.post_norm, self.eps, self._h, self.intermediate, g["gate_up"])
-            fk.linear(self._h, layer.down.weight, x, g["down"], b=layer.down.bias, residual=x)
-        fk.linear(x, self.lm_head, self._logits, g["lm_head"], g=self.final_norm, eps=self.eps)
-        return self._logits.view(1, -1)
+        return linear.operand if hasattr(linear, "operand") else fk.WeightOperand("dense", linear.weight)
 
-    def _decode_packed(self, token, position):
-        """A packed path: its GEMVs on the normalised input, the same epilogues on their outputs, and
-        the residual add with the next norm in one launch."""
+    def _kernel_launches(self, token, position) -> list:
+        """Six launches a layer (five with the in-split combine), every small op inside a GEMV: bf16, or a
+        path whose storage the kernels read (fp8, int4-triton)."""
+        from functools import partial as call
+
         from decodegap.measure import fused_kernels as fk
 
-        x, xn, g = self._x, self._xn, self.gemv
-        self._embed(token)
-        fk.add_norm(x, None, self.layers[0].in_norm, self.eps, xn)
+        x, g, pdl, op, eps = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps
+        out = [("other", call(self._embed, token))]
         for i, layer in enumerate(self.layers):
-            y = layer.qkv(xn.view(1, -1)).view(-1)
-            fk.qkv_rope(xn, None, None, layer.in_norm, self.eps, self.cos, self.sin, position, self._q, self.k_cache[i],
-                        self.v_cache[i], self.n_heads, self.n_kv, self.head_dim, g["qkv"], y=y)
-            self._attend(i, position)
-            fk.add_norm(x, layer.o(self._attn.view(1, -1)).view(-1), layer.post_norm, self.eps, xn)
-            y = layer.gate_up(xn.view(1, -1)).view(-1)
-            fk.gate_up(xn, None, layer.post_norm, self.eps, self._h, self.intermediate, g["gate_up"], y=y)
+            out += [
+                ("gemv", call(fk.qkv_rope, x, op(layer.qkv), heads=self.heads, position=position, cos=self.cos, sin=self.sin,
+                              q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm,
+                              eps=eps, shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl)),
+                ("attention", call(self._attend, i, position)),
+                ("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x, pdl=pdl)),
+                ("gemv", call(fk.gate_up, x, op(layer.gate_up), self._h, norm_weight=layer.post_norm, eps=eps, shape=g["gate_up"],
+                              pdl=pdl)),
+                ("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x, pdl=pdl))]
+        out.append(("gemv", call(fk.linear, x, self.lm_head, self._logits, shape=g["lm_head"], norm_weight=self.final_norm,
+                                 eps=eps, pdl=pdl)))
+        return out
+
+    def _packed_launches(self, token, position) -> list:
+        """A packed path with its own GEMV (int4-tinygemm): its GEMVs on the normalised input, the same
+        epilogues on their outputs, and the residual add with the next norm in one launch."""
+        from functools import partial as call
+
+        from decodegap.measure import fused_kernels as fk
+
+        x, xn, g, pdl, eps = self._x, self._xn, self.gemv, self.shapes.pdl, self.eps
+        y = {}  # each GEMV's output, for the epilogue after it
+
+        def gemv(name, module, source):
+            y[name] = module(source.view(1, -1)).view(-1)
+
+        out = [("other", call(self._embed, token)), ("other", call(fk.add_norm, x, None, self.layers[0].in_norm, xn, eps=eps, pdl=pdl))]
+        for i, layer in enumerate(self.layers):
             following = self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
-            fk.add_norm(x, layer.down(self._h.view(1, -1)).view(-1), following, self.eps, xn)
-        fk.linear(xn, self.lm_head, self._logits, g["lm_head"])
-        return self._logits.view(1, -1)
+            out += [
+                ("gemv", call(gemv, "qkv", layer.qkv, xn)),
+                ("other", lambda i=i, layer=layer: fk.qkv_rope(
+                    xn, None, heads=self.heads, position=position, cos=self.cos, sin=self.sin, q_out=self._q,
+                    k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm, eps=eps, shape=g["qkv"],
+                    y=y["qkv"], pdl=pdl)),
+                ("attention", call(self._attend, i, position)),
+                ("gemv", call(gemv, "o", layer.o, self._attn)),
+                ("other", lambda layer=layer: fk.add_norm(x, y["o"], layer.post_norm, xn, eps=eps, pdl=pdl)),
+                ("gemv", call(gemv, "gate_up", layer.gate_up, xn)),
+                ("other", lambda layer=layer: fk.gate_up(xn, None, self._h, norm_weight=layer.post_norm, eps=eps,
+                                                         shape=g["gate_up"], y=y["gate_up"], pdl=pdl)),
+                ("gemv", call(gemv, "down", layer.down, self._h)),
+                ("other", lambda following=following: fk.add_norm(x, y["down"], following, xn, eps=eps, pdl=pdl))]
+        out.append(("gemv", call(fk.linear, xn, self.lm_head, self._logits, shape=g["lm_head"], pdl=pdl)))
+        return out
 
 
-def logit_check(model, net: FusedModel, prompt_tokens: int = 32, steps: int = 3, seed: int = 0) -> dict:
-    """The fused step's logits against the transformers model's on the same weights: a short prompt,
-    then `steps` decode steps fed the transformers model's own argmax. Relative L2 distance and the
-    largest absolute difference over all steps; `agrees` judges it against LOGIT_CHECK_REL_TOL.
+def reference_model(model, weights, dtype):
+    """The transformers model `model` stands for, at `dtype`: its parameters, with every layer a weight
+    path packed replaced by the weight it stands for (the path's `dense(packed)`). Built on the
+    model's device; the caller frees it."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
-    Uses (and overwrites) the first prompt_tokens + steps slots of the net's cache: a session's
-    prefill rewrites them."""
+    with torch.device(model.device):  # SDPA: the one attention every dtype has (a cell's flash-attn has no float32)
+        ref = AutoModelForCausalLM.from_config(model.config, dtype=dtype, attn_implementation="sdpa")
+    ref.eval()
+    ref.requires_grad_(False)
+    with torch.no_grad():
+        for name, param in ref.named_parameters():  # a tied table once
+            path, leaf = name.rsplit(".", 1)
+            source = model.get_submodule(path)
+            packed = leaf == "weight" and hasattr(source, "weight_buffers") and not isinstance(source, torch.nn.Linear)
+            param.copy_(weights.dense(source, None) if packed else getattr(source, leaf))
+    return ref
+
+
+def _relative(got, ref) -> float:
+    return float((got - ref).norm() / ref.norm())
+
+
+def _transformers_run(model, prompt, steps: int, tokens=None, chunk: int = LOGIT_CHECK_PREFILL_CHUNK):
+    """Logits (float32) after each of `steps` decode steps of a transformers model on a dynamic cache,
+    after a prefill of `prompt` (1, ctx) in chunks; each step feeds the next of `tokens`, or (None)
+    the argmax of the logits before it. Returns (logits per step, the tokens fed, the prefill's logits)."""
+    import torch
+    from transformers import DynamicCache
+
+    from decodegap.measure.modes import cache_kwarg
+
+    cache, kw = DynamicCache(config=model.config), cache_kwarg(model)
+    for start in range(0, prompt.shape[1], chunk):
+        logits = model(input_ids=prompt[:, start:start + chunk], use_cache=True, logits_to_keep=1, **{kw: cache}).logits
+    prefill = logits[0, -1].float()
+    fed, out, last = [], [], prefill
+    for step in range(steps):
+        token = last.argmax().view(1, 1) if tokens is None else tokens[step].view(1, 1)
+        fed.append(token.view(1))
+        last = model(input_ids=token, use_cache=True, logits_to_keep=1, **{kw: cache}).logits[0, -1].float()
+        out.append(last)
+    return out, torch.cat(fed), prefill
+
+
+def logit_check(model, net: FusedModel, prompt=None, *, steps: int = LOGIT_CHECK_STEPS, prompt_tokens: int = 32,
+                seed: int = 0) -> dict:
+    """The fused step against the transformers model, each against a float32 reference on the same tokens.
+
+    `prompt` (1, ctx) is the session's own context (None: `prompt_tokens` random tokens), so the
+    split attention runs over as many positions as the timed steps. The reference is the transformers
+    model upcast to float32 holding the weights the step multiplies by (a packed path's `dense()`,
+    reference_model); it prefills the prompt and decodes `steps` tokens greedily. The transformers
+    model in the step's dtype (the same weights: for a packed path its dequantized weights, rounded)
+    and the fused step (net.forward's prefill, then net.decode) are fed the same tokens. Each step's
+    logits are compared with the reference's (relative L2): the check agrees when the fused step's
+    worst error is at most LOGIT_CHECK_RATIO times the transformers model's, plus LOGIT_CHECK_FLOOR.
+
+    Overwrites the net's cache from position 0 to ctx + steps: the caller prefills again after it."""
     import torch
 
-    g = torch.Generator(device="cpu").manual_seed(seed)
     vocab = net.embed.shape[0]
-    seq = torch.randint(0, vocab, (1, prompt_tokens), generator=g).to(net.device)
-    rel, worst, top1 = [], 0.0, 0
-    with torch.inference_mode():
-        for step in range(steps + 1):
-            ref = model(input_ids=seq, use_cache=False).logits[0, -1].float()
-            n = seq.shape[1]
-            if step == 0:
-                got = net.forward(seq[0], torch.arange(n, device=net.device))[0].float()
+    if prompt is None:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        prompt = torch.randint(0, vocab, (1, prompt_tokens), generator=g).to(net.device)
+    ctx = prompt.shape[1]
+    if ctx + steps > net.max_cache_len:
+        raise ValueError(f"the logit check's {ctx} + {steps} positions do not fit the fused cache of {net.max_cache_len}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    every_backend = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # the reference in true float32, not TF32
+    try:
+        # SDPA picks its kernel per call (a cell's attention path may have narrowed the choice to one
+        # that has no float32 kernel); the fused prefill and steps are the session's own either way
+        with torch.inference_mode(), sdpa_kernel(every_backend):
+            ref_model = reference_model(model, net.weights, torch.float32)
+            ref, tokens, ref_prefill = _transformers_run(ref_model, prompt, steps)
+            if net.dtype == torch.float32:  # the model is the reference: its own error is zero
+                theirs = ref
             else:
-                got = net.decode(seq[0, -1:], torch.tensor([n - 1], device=net.device))[0].float()
-            rel.append(float((got - ref).norm() / ref.norm()))
-            worst = max(worst, float((got - ref).abs().max()))
-            top1 += int(got.argmax() == ref.argmax())
-            seq = torch.cat([seq, ref.argmax().view(1, 1)], dim=1)
-    out = {"reference": "the transformers model, whole sequence without a cache", "dtype": str(net.dtype).removeprefix("torch."),
-           "prompt_tokens": prompt_tokens, "decode_steps": steps, "rel_l2_max": max(rel), "max_abs_diff": worst,
-           "top1_agree": top1, "compared": steps + 1, "rel_tolerance": LOGIT_CHECK_REL_TOL}
-    out["agrees"] = bool(max(rel) <= LOGIT_CHECK_REL_TOL)
+                for param in ref_model.parameters():  # parameters only: RoPE's inv_freq stays float32, as the model keeps it
+                    param.data = param.data.to(net.dtype)
+                theirs, _, _ = _transformers_run(ref_model, prompt, steps, tokens)
+            del ref_model
+            if net.device.type == "cuda":
+                torch.cuda.empty_cache()
+            prefill = net.forward(prompt[0], torch.arange(ctx, device=net.device))[0].float()
+            ours = []
+            for step in range(steps):
+                position = torch.tensor([ctx + step], device=net.device)
+                ours.append(net.decode(tokens[step:step + 1], position)[0].to(torch.float32, copy=True))  # the next step overwrites the buffer
+    finally:
+        torch.set_float32_matmul_precision(before)
+    fused_err = max(_relative(o, r) for o, r in zip(ours, ref))
+    their_err = max(_relative(t, r) for t, r in zip(theirs, ref))
+    out = {"reference": "transformers in float32 on the weights the step multiplies by (a packed path's dense())",
+           "dtype": str(net.dtype).removeprefix("torch."), "context": ctx, "decode_steps": steps, "compared": steps,
+           "tokens": [int(t) for t in tokens], "rel_l2_max": fused_err, "transformers_rel_l2_max": their_err,
+           "ratio": fused_err / their_err if their_err > 0 else None, "ratio_tolerance": LOGIT_CHECK_RATIO,
+           "abs_floor": LOGIT_CHECK_FLOOR, "max_abs_diff": max(float((o - r).abs().max()) for o, r in zip(ours, ref)),
+           "top1_agree": sum(int(o.argmax() == r.argmax()) for o, r in zip(ours, ref)),
+           "transformers_top1_agree": sum(int(t.argmax() == r.argmax()) for t, r in zip(theirs, ref)),
+           "prefill_rel_l2": _relative(prefill, ref_prefill)}
+    out["agrees"] = bool(fused_err <= LOGIT_CHECK_RATIO * their_err + LOGIT_CHECK_FLOOR)
     return out

@@ -16,8 +16,9 @@ graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
 compiled StaticCache, the step under torch.compile (Inductor fuses the small ops), captured as one
          CUDA graph; the compile's seconds are recorded (`compile_s`), never timed as steps.
 fused    our own compact step (decodegap.measure.fused) on the same weights: on CUDA six Triton
-         kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; its logits
-         are checked against the model's on the device first.
+         kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; before
+         that its logits on the session's own prompt are checked against a float32 reference,
+         beside the transformers model's own (decodegap.measure.fused.logit_check).
 
 Where CUDA has no graphs (the CPU), compiled and fused run their step op by op (fused: its plain-op
 backend under torch.compile, or its kernels under Triton's interpreter), so the tests can check
@@ -51,8 +52,9 @@ class Decoder:
     layers: int | None = None  # the attention microbenchmark: calls per step
 
     @classmethod
-    def from_dense(cls, model, weights, max_cache_len: int):
-        """What this mode builds from the dense model before the weight path packs it (None: nothing)."""
+    def from_dense(cls, model, weights, max_cache_len: int, launch_shapes=None):
+        """What this mode builds from the dense model before the weight path packs it (None: nothing);
+        `launch_shapes`: the fused kernels' shapes, for a mode that runs them (None: its GPU's table)."""
         return None
 
     def prefill(self, input_ids) -> None:
@@ -275,43 +277,43 @@ class FusedDecoder(_CompiledCapture):
     """The fused step (decodegap.measure.fused.FusedModel, built from the dense model before the
     weight path packed it) with the same buffers as the static modes: token and position on the
     device, advanced in place by each step. Backend triton's step is already its kernels: it is
-    captured as it is, and `compile_s` is its kernels' Triton JIT (their first launch, timed before
-    the logit check) plus prepare's first call; backend torch's step goes through torch.compile first."""
+    captured as it is, and `compile_s` is its kernels' Triton JIT (their first launch, timed in the
+    constructor) plus prepare's first call; backend torch's step goes through torch.compile first.
+
+    prepare() first checks the step's logits on the session's own prompt (decodegap.measure.fused.
+    logit_check: its prefill, then a few decode steps, against a float32 reference beside the
+    transformers model's own), then prefills that prompt again, so the timed steps start from the
+    session's prefill and not from the check's steps."""
 
     mode = "fused"
     own_attention = True  # its own decode attention: no kernel of the cell's attention path is expected in a step
 
     @classmethod
-    def from_dense(cls, model, weights, max_cache_len: int):
+    def from_dense(cls, model, weights, max_cache_len: int, launch_shapes=None):
         """The fused model, from the dense weights before the path packs them (it packs its joined
-        layers with the same path itself)."""
+        layers with the same path itself); `launch_shapes` as FusedModel's gemv_configs takes them
+        (tune_launch_shapes' dict, as an environment record would keep it)."""
         from decodegap.measure.fused import FusedModel
 
-        return FusedModel(model, weights, max_cache_len)
+        return FusedModel(model, weights, max_cache_len, gemv_configs=launch_shapes)
 
     def __init__(self, model, max_cache_len: int, net=None):
         import torch
 
-        from decodegap.measure.fused import logit_check
-
         if net is None:
             raise ValueError("mode fused needs the fused model (decodegap.measure.fused.FusedModel) of this model")
-        self.net, self.device_type = net, net.device.type
+        self.model, self.net, self.device_type = model, net, net.device.type
         self.graph, self.compile_s, self.compile_cache = None, None, None
         self.step_info = net.describe()
         self.token = torch.zeros((1,), dtype=torch.long, device=net.device)
         self.position = torch.zeros((1,), dtype=torch.long, device=net.device)
+        self._prompt = None
         if net.backend == "triton":  # Triton compiles a kernel at its first launch: time that here, before the check launches them
             t = time.perf_counter()
-            net.decode(self.token, self.position)  # token 0 at position 0: the check's prompt and the prefill rewrite that slot
+            net.decode(self.token, self.position)  # token 0 at position 0: the prefill rewrites that slot
             if self.device_type == "cuda":
                 torch.cuda.synchronize()
             self.jit_s = time.perf_counter() - t
-        # before the session's prefill: the check's few cache slots are rewritten by it
-        self.logit_check = logit_check(model, net)
-        if not self.logit_check["agrees"]:
-            raise CellNotPossible(f"the fused step's logits differ from the model's: relative L2 {self.logit_check['rel_l2_max']:.3g} "
-                                  f"(tolerance {self.logit_check['rel_tolerance']})")
         self._compiled = self._step if net.backend == "triton" else compile_step(self._step)
 
     def prefill(self, input_ids) -> None:
@@ -323,6 +325,22 @@ class FusedDecoder(_CompiledCapture):
         logits = self.net.forward(input_ids[0], torch.arange(ctx, device=input_ids.device))
         self.token.copy_(logits.argmax(-1))
         self.position.fill_(ctx)
+        self._prompt = input_ids
+
+    def prepare(self) -> int:
+        from decodegap.measure.fused import logit_check
+
+        if self._prompt is None:
+            raise RuntimeError("mode fused: prefill before prepare (the logit check runs on the session's prompt)")
+        self.logit_check = logit_check(self.model, self.net, self._prompt)
+        check = self.logit_check
+        if not check["agrees"]:
+            raise CellNotPossible(f"the fused step's logits differ from a float32 reference by {check['rel_l2_max']:.3g} (relative "
+                                  f"L2), more than {check['ratio_tolerance']} x the transformers model's own "
+                                  f"{check['transformers_rel_l2_max']:.3g} + {check['abs_floor']}")
+        self.prefill(self._prompt)  # the check decoded past the prompt: start from the session's own prefill again
+        self._prompt = None
+        return super().prepare()
 
     def _step(self) -> None:
         logits = self.net.decode(self.token, self.position)
@@ -338,10 +356,10 @@ MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecod
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 
-def pack(model, weights, arm_modes, max_cache_len: int):
+def pack(model, weights, arm_modes, max_cache_len: int, launch_shapes=None):
     """The model as the weight path stores it, and what each mode built from the dense weights first
-    (Decoder.from_dense), for make_decoder."""
-    dense = {mode: MODES[mode].from_dense(model, weights, max_cache_len) for mode in arm_modes}
+    (Decoder.from_dense; `launch_shapes` for the fused kernels, None: the GPU's table), for make_decoder."""
+    dense = {mode: MODES[mode].from_dense(model, weights, max_cache_len, launch_shapes) for mode in arm_modes}
     return weights.prepare(model), dense
 
 

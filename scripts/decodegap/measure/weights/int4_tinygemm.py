@@ -85,9 +85,17 @@ class Int4TinygemmWeights(PackedWeights):
         tiles = self.inner_k_tiles if linear.weight.device.type == "cuda" else 2  # the CPU kernel packs in 2s
         return _int4_linear_class()(linear, self.group_size, tiles)
 
-    def dense(self, packed, linear):
-        q, sz = quantize_int4_groups(linear.weight.detach().float().cpu(), self.group_size)
-        return dequantize_int4_groups(q, sz, self.group_size)
+    def dense(self, packed, linear=None):
+        """From `linear`, quantized again the same way (the stage's check); without it, the weight
+        the kernel itself multiplies by: the packed layer applied to the identity (one row per input
+        column, in bf16; each output is one dequantized weight times 1, exact), on its device."""
+        if linear is not None:
+            q, sz = quantize_int4_groups(linear.weight.detach().float().cpu(), self.group_size)
+            return dequantize_int4_groups(q, sz, self.group_size)
+        import torch
+
+        eye = torch.eye(packed.in_features, dtype=torch.bfloat16, device=packed.weight_packed.device)
+        return packed._mm(eye, packed.weight_packed, packed.group_size, packed.scales_and_zeros).float().T.contiguous()
 
 
 PATH = Int4TinygemmWeights()

@@ -1,0 +1,641 @@
+"""How close the fused step comes to the memory's limit, and where the rest of its time goes: one GPU,
+one call (about 7-8 minutes on an H200 with the defaults).
+
+    python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
+        [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
+        [--parts checks steps attention levers gemv tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
+
+Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
+rest still runs, and items are skipped (and listed) once the deadline nears:
+
+  checks     every kernel in bf16 against float32 on the device (relative L2, NaN-poisoned outputs):
+             each GEMV role of the first card in each storage format (dense bf16, fp8, int4), the
+             epilogues a packed path's own GEMV feeds (qkv_rope and gate_up from y, add_norm), and
+             the attention with each lever at both head layouts
+  steps      the whole fused step for each card x --quant x --ctx as one CUDA graph: device time over
+             back-to-back replays, host time per step with the token read back, the bytes the step
+             streams (the weights it reads as stored, scales included, without the input embedding
+             table, plus the KV cache up to the position) and TB/s against the same-process copy
+             bandwidth; then the step taken apart by capturing its GEMV launches alone and its
+             attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest);
+             and a check of one step's logits against the same step in plain PyTorch ops
+  attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
+             with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
+  levers     the step with each lever on and off side by side (programmatic dependent launch; the
+             attention's masked blocks, in-split combine and the default table's shape)
+  gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
+             enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
+             (F.linear) beside the bf16 ones
+  tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
+             JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
+             step with it
+
+A compact summary table ends the output; everything goes to DIR/floor_limit.json (and the tuned
+shapes to DIR/tuned_launch_shapes.json). Nothing is downloaded: cards build with random weights
+(decodegap.measure.cards). --smoke runs every part on the CPU under Triton's interpreter with two
+tiny cards in float32 and host time (tests/test_floor_limit.py): it proves the script runs; its
+numbers mean nothing.
+"""
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from decodegap.core.config import load_gpu, load_models
+
+PARTS = ("checks", "steps", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
+STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
+CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
+
+
+class Run:
+    """The run's clock, output and results."""
+
+    def __init__(self, deadline_s: float, out: Path, t0: float):
+        self.t0, self.deadline_s, self.out = t0, deadline_s, out  # t0: the process's start, before torch imports
+        self.results: dict = {"skipped": [], "errors": []}
+
+    def left_s(self) -> float:
+        return self.deadline_s - (time.perf_counter() - self.t0)
+
+    def say(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:6.1f} s] {msg}", flush=True)
+
+    def enough(self, what: str, need_s: float) -> bool:
+        """Whether `need_s` seconds are left before the deadline; else `what` is recorded as skipped."""
+        if self.left_s() > need_s:
+            return True
+        self.results["skipped"].append(what)
+        self.say(f"skipped (deadline): {what}")
+        return False
+
+    def part(self, name: str, fn, *args) -> None:
+        """One part, its failure a line and a record."""
+        self.say(f"== {name}")
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one part's failure must not lose the rest
+            self.results["errors"].append({"part": name, "error": f"{type(exc).__name__}: {exc}"[:2000],
+                                           "traceback": traceback.format_exc()[-4000:]})
+            self.say(f"{name} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "floor_limit.json").write_text(json.dumps(self.results, indent=1, default=str))
+
+
+def first_line(exc) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def device_ms(fn, n: int, device) -> float:
+    """Milliseconds per call of `fn` over n back-to-back calls: CUDA events, or host time on a CPU."""
+    import torch
+
+    if device.type != "cuda":
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t) * 1e3 / n
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def capture(fn, device, warmup: int = 1):
+    """fn as one CUDA graph's replay (after warm-up calls), or fn itself where there are no graphs."""
+    if device.type != "cuda":
+        return fn
+    from decodegap.measure.modes import capture_graph
+
+    return capture_graph(fn, warmup).replay
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def run_checks(run, cards, models, quants, device, dtype, check_ctx):
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import AttentionBench, RoleBench
+
+    tol, out = CHECK_TOL[str(dtype).removeprefix("torch.")], run.results.setdefault("checks", {})
+    card = cards[models[0]]
+    table = fk.resolve(None, device)
+    for fmt in formats_of(quants):
+        for role in fk.ROLES:
+            if role == "lm_head" and fmt != "dense" or not run.enough(f"check {fmt} {role}", 20):
+                continue
+            bench = RoleBench(role, fmt, card.architecture, device, dtype, copies=1, qkv_bias=card.model_type == "qwen2")
+            out[f"{card.key}/{fmt}/{role}"] = err = bench.error(table.gemv_for(fmt, role))
+            run.say(f"check {card.key} {fmt:5s} {role:8s} relative L2 {err:.1e}{'' if err < tol else '  FAILED'}")
+    h, k = card.architecture["hidden_size"], card.architecture["intermediate_size"]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x, y, gw = (torch.randn(n, generator=g).to(device, dtype) for n in (h, h, h))
+    xn = torch.full((h,), float("nan"), device=device, dtype=dtype)
+    x0 = x.clone()
+    fk.add_norm(x, y, gw, xn, eps=1e-5)
+    tot = x0.float() + y.float()
+    ref = gw.float() * (tot * torch.rsqrt(tot.pow(2).mean() + 1e-5))
+    out["add_norm"] = err = float((xn.float() - ref).norm() / ref.norm())
+    run.say(f"check add_norm relative L2 {err:.1e}{'' if err < tol else '  FAILED'}")
+    yy = torch.randn(2 * k, generator=g).to(device, dtype)
+    o = torch.full((k,), float("nan"), device=device, dtype=dtype)
+    fk.gate_up(x, None, o, norm_weight=gw, eps=1e-5, shape=table.gemv_for("dense", "gate_up"), y=yy)
+    ref = torch.nn.functional.silu(yy[:k].float()) * yy[k:].float()
+    out["gate_up from y"] = err = float((o.float() - ref).norm() / ref.norm())
+    run.say(f"check gate_up from y relative L2 {err:.1e}{'' if err < tol else '  FAILED'}")
+    for heads, n_layers in layouts(cards, models).items():
+        for name, cfg in attention_variants(table, device).items():
+            if not run.enough(f"check attention {heads} {name}", 20):
+                continue
+            bench = AttentionBench(heads, check_ctx, 1, device, dtype)
+            out[f"attention {layout_name(heads)} {name}"] = err = bench.error(bench.plan(cfg))
+            run.say(f"check attention {layout_name(heads)} {name:24s} relative L2 {err:.1e}{'' if err < tol else '  FAILED'}")
+    bad = {k: v for k, v in out.items() if not v < tol}
+    run.results["checks_failed"] = bad
+    if bad:
+        run.say(f"CHECKS FAILED: {bad}")
+
+
+def run_gemv(run, cards, models, quants, device, dtype):
+    import torch
+    import torch.nn.functional as F
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import RoleBench, graph_us
+
+    out = run.results.setdefault("gemv", [])
+    table = fk.resolve(None, device)
+    for key in models:
+        card = cards[key]
+        for fmt in formats_of(quants):
+            for role in fk.ROLES:
+                if role == "lm_head" and fmt != "dense" or not run.enough(f"gemv {key} {fmt} {role}", 25):
+                    continue
+                try:
+                    bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+                    shape = table.gemv_for(fmt, role)
+                    err = bench.error(shape)
+                    us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+                    row = {"model": key, "format": fmt, "role": role, "n": bench.n, "k": bench.k, "shape": shape.as_dict(),
+                           "check": err, "us": us, "bytes": bench.bytes, "GBps": bench.bytes / us / 1e3}
+                    if fmt == "dense":
+                        x = bench.x.view(1, -1)
+                        row["cublas_us"] = graph_us(lambda i: F.linear(x, bench.ops[i].weight), len(bench.ops), device)
+                    out.append(row)
+                    cub = f"  cuBLAS {row['cublas_us']:8.2f} us ({us / row['cublas_us']:.2f}x)" if "cublas_us" in row else ""
+                    run.say(f"gemv {key:16s} {fmt:5s} {role:8s} {bench.n:>6d} x {bench.k:<6d} check {err:.1e}  {us:8.2f} us "
+                            f"{row['GBps']:6.0f} GB/s{cub}")
+                except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is a line
+                    run.say(f"gemv {key} {fmt} {role}: {first_line(exc)}")
+                    out.append({"model": key, "format": fmt, "role": role, "error": first_line(exc)})
+                finally:
+                    bench = None
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+
+
+def run_attention(run, cards, models, ctxs, device, dtype):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import AttentionBench, graph_us
+
+    out = run.results.setdefault("attention", [])
+    table = fk.resolve(None, device)
+    sdpa = {"sdpa flash": [SDPBackend.FLASH_ATTENTION], "sdpa cudnn": [SDPBackend.CUDNN_ATTENTION], "sdpa dispatcher": None}
+    for heads, n_layers in layouts(cards, models).items():
+        for ctx in ctxs:
+            if not run.enough(f"attention {layout_name(heads)} ctx {ctx}", 25):
+                continue
+            bench = AttentionBench(heads, ctx, n_layers, device, dtype)
+            row = {"layout": layout_name(heads), "ctx": ctx, "kv_bytes": bench.bytes, "ours": {}, "sdpa": {}}
+            for name, cfg in attention_variants(table, device).items():
+                try:
+                    plan = bench.plan(cfg)
+                    err = bench.error(plan)
+                    us = graph_us(lambda i: bench.launch(plan, i), n_layers, device)
+                    row["ours"][name] = {"us": us, "check": err, "plan": plan.as_dict()}
+                except Exception as exc:  # noqa: BLE001
+                    row["ours"][name] = {"error": first_line(exc)}
+            ref = bench.caches[0]
+            for name, backends in sdpa.items():
+                try:
+                    def call(i):
+                        if backends is None:
+                            return bench.sdpa(i)
+                        with sdpa_kernel(backends):
+                            return bench.sdpa(i)
+                    got = call(0)
+                    h = heads
+                    k, v = (t[:, : ctx + 1].float() for t in ref)
+                    want = ((bench.q.float().view(h.n_kv, h.group, h.head_dim) @ k.transpose(1, 2) * bench.scale).softmax(-1) @ v)
+                    err = float((got.float().reshape(-1) - want.reshape(-1)).norm() / want.norm())
+                    row["sdpa"][name] = {"us": graph_us(call, n_layers, device), "check": err}
+                except Exception as exc:  # noqa: BLE001 - a backend without a kernel here is a line
+                    row["sdpa"][name] = {"error": first_line(exc)}
+            out.append(row)
+            ours = {n: r["us"] for n, r in row["ours"].items() if "us" in r}
+            theirs = {n: r["us"] for n, r in row["sdpa"].items() if "us" in r}
+            best = min(ours, key=ours.get) if ours else None
+            run.say(f"attention {row['layout']} ctx {ctx:>5d}: " + "  ".join(f"{n} {u:.2f}" for n, u in ours.items())
+                    + " | " + "  ".join(f"{n} {u:.2f}" for n, u in theirs.items()) + " us/layer"
+                    + (f"; best ours {best} at {bench.bytes / ours[best] / 1e3:.0f} GB/s" if best else ""))
+            del bench
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def stream_bytes(net) -> int:
+    """Bytes of weights one fused step reads, as stored: each joined layer's tensors (a packed layer's
+    buffers, scales included) and biases, the norms and the output projection; the input embedding
+    table (one row a step) is left out unless the output projection is that table."""
+    from decodegap.measure.weights import module_bytes
+
+    def size(t):
+        return t.numel() * t.element_size() if t is not None else 0
+
+    total = size(net.final_norm) + size(net.lm_head)
+    for layer in net.layers:
+        total += size(layer.in_norm) + size(layer.post_norm)
+        for lin in (layer.qkv, layer.o, layer.gate_up, layer.down):
+            total += module_bytes(lin) if hasattr(lin, "weight_buffers") else size(lin.weight) + size(lin.bias)
+    return total
+
+
+def time_step(run, net, ctx: int, device, copy_Bps: float, n_dev: int, n_host: int, decompose: bool = True) -> dict:
+    """One fused model's step at position ctx: a check against the plain-op step, device and host
+    time, streamed bytes, and the GEMV / attention / rest decomposition."""
+    import torch
+
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    position = torch.full((1,), ctx, dtype=torch.long, device=device)
+    got = net.decode(token, position)[0].float().clone()  # also the kernels' JIT
+    want = net.forward(token, position)[0].float()
+    check = float((got - want).norm() / want.norm())
+
+    def step():
+        logits = net.decode(token, position)
+        token.copy_(logits.argmax(-1))
+        position.add_(1)
+
+    replay = capture(step, device, warmup=2)
+    replay()
+    sync(device)
+    dev_ms = device_ms(replay, n_dev, device)
+    host = []
+    for _ in range(n_host):
+        t = time.perf_counter()
+        replay()
+        int(token.item())
+        host.append((time.perf_counter() - t) * 1e3)
+    kinds = [k for k, _ in net.launches(token, position)]
+    weights_b = stream_bytes(net)
+    kv_b = 2 * len(net.layers) * net.n_kv * (ctx + 1) * net.head_dim * net.embed.element_size()
+    row = {"check_vs_plain_ops": check, "device_ms": dev_ms, "host_ms": statistics.median(host), "weight_bytes": weights_b,
+           "kv_bytes": kv_b, "TBps": (weights_b + kv_b) / dev_ms / 1e9, "copy_fraction": (weights_b + kv_b) / (dev_ms * 1e-3) / copy_Bps,
+           "launch_calls": {k: kinds.count(k) for k in set(kinds)}, "step": net.describe()}
+    if decompose:
+        position.fill_(ctx)
+        for kind in ("gemv", "attention"):
+            calls = [c for k, c in net.launches(token, position) if k == kind]
+
+            def only(calls=calls):
+                for c in calls:
+                    c()
+
+            row[f"{kind}_ms"] = device_ms(capture(only, device), n_dev, device)
+        row["rest_ms"] = dev_ms - row["gemv_ms"] - row["attention_ms"]
+    return row
+
+
+def step_line(row) -> str:
+    parts = f"  GEMV {row['gemv_ms']:.3f} attention {row['attention_ms']:.3f} rest {row['rest_ms']:.3f} ms" if "gemv_ms" in row else ""
+    return (f"{row['device_ms']:.3f} ms device, {row['host_ms']:.3f} ms host; {(row['weight_bytes'] + row['kv_bytes']) / 1e9:.3f} GB "
+            f"at {row['TBps']:.2f} TB/s ({100 * row['copy_fraction']:.0f} % of copy){parts}; check {row['check_vs_plain_ops']:.1e}")
+
+
+def card_model(card, device, dtype):
+    from decodegap.measure.cards import build_model
+
+    model = build_model(card, str(device), "sdpa", 0)
+    return model.to(dtype) if dtype != model.dtype else model
+
+
+def run_steps(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host):
+    import torch
+
+    from decodegap.measure.fused import FusedModel
+    from decodegap.measure.weights import get_weight_path
+
+    out = run.results.setdefault("steps", [])
+    for key in models:
+        if not run.enough(f"steps {key}", 40):
+            continue
+        model = card_model(cards[key], device, dtype)
+        for quant in quants:
+            path = get_weight_path(quant)
+            why = path.unavailable(device.type) if quant != "bf16" else None
+            for ctx in ctxs:
+                if why:
+                    out.append({"model": key, "quant": quant, "ctx": ctx, "error": why})
+                    continue
+                if not run.enough(f"step {key} {quant} ctx {ctx}", 30):
+                    continue
+                net = None
+                try:
+                    t = time.perf_counter()
+                    net = FusedModel(model, path, ctx + STEP_SLOTS, backend="triton")
+                    row = {"model": key, "quant": quant, "ctx": ctx, **time_step(run, net, ctx, device, copy_Bps, n_dev, n_host)}
+                    out.append(row)
+                    run.say(f"step {key:16s} {quant:14s} ctx {ctx:>5d}: {step_line(row)} ({time.perf_counter() - t:.0f} s)")
+                except Exception as exc:  # noqa: BLE001
+                    out.append({"model": key, "quant": quant, "ctx": ctx, "error": first_line(exc)})
+                    run.say(f"step {key} {quant} ctx {ctx}: {first_line(exc)}")
+                finally:
+                    del net
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def lever_variants(table, device) -> dict:
+    """The levers, each as the change to the GPU's table entry it makes (launch.resolve's dict form)."""
+    from decodegap.measure import fused_kernels as fk
+
+    out = {"table": {}}
+    if fk.pdl_available(device) is None:
+        out["pdl on"] = {"pdl": True}
+    att = table.attention
+    out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
+    if att.combine == "separate":
+        out["attention in-split combine"] = {"attention": {"combine": "in_split", "skip_empty": False}}
+    default = fk.LAUNCH_SHAPES["default"].attention
+    if default != att:
+        out["attention default shape"] = {"attention": default.as_dict()}
+    for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
+        flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
+        out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
+    return out
+
+
+def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, variants=None):
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused import FusedModel
+    from decodegap.measure.weights import get_weight_path
+
+    out = run.results.setdefault("levers", [])
+    table = fk.resolve(None, device)
+    variants = variants or lever_variants(table, device)
+    if device.type != "cuda":  # the interpreter (--smoke): the mechanics, once
+        variants, quants = dict(list(variants.items())[:2]), quants[:1]
+    for key in models:
+        if not run.enough(f"levers {key}", 40):
+            continue
+        model = card_model(cards[key], device, dtype)
+        for quant in [q for q in quants if q in ("bf16", "int4-triton")]:
+            for ctx in ctxs:
+                if not run.enough(f"levers {key} {quant} ctx {ctx}", 30):
+                    continue
+                net = FusedModel(model, get_weight_path(quant), ctx + STEP_SLOTS, backend="triton")
+                base = None
+                fmt = formats_of([quant])[0]
+                for name, change in variants.items():
+                    if set(change or {}) == {"gemv"} and fmt not in change["gemv"]:
+                        continue  # a lever of another storage format's GEMVs only
+                    if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
+                        continue
+                    try:
+                        net.set_launch_shapes(change or None)
+                        row = time_step(run, net, ctx, device, copy_Bps, n_dev, n_host, decompose=False)
+                        base = base or row["device_ms"]
+                        out.append({"model": key, "quant": quant, "ctx": ctx, "lever": name, "change": change, **row,
+                                    "x_table": base / row["device_ms"]})
+                        run.say(f"lever {key} {quant} ctx {ctx} {name:28s} {row['device_ms']:.3f} ms device "
+                                f"({base / row['device_ms']:.3f}x the table's), {row['host_ms']:.3f} ms host; check {row['check_vs_plain_ops']:.1e}")
+                    except Exception as exc:  # noqa: BLE001
+                        out.append({"model": key, "quant": quant, "ctx": ctx, "lever": name, "error": first_line(exc)})
+                        run.say(f"lever {key} {quant} ctx {ctx} {name}: {first_line(exc)}")
+                del net
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        del model
+
+
+def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, smoke):
+    from decodegap.measure import fused_kernels as fk
+
+    budget = min(budget_s, run.left_s() - 30)
+    if budget < 10:
+        run.results["skipped"].append("tune")
+        run.say("skipped (deadline): tune")
+        return
+    kw = {}
+    if smoke:  # the interpreter: a few candidates, to run the mechanics
+        kw = {"gemv_candidates": {f: [(64, 256, 4), (256, 2048, 4)] for f in fk.FORMATS}, "layers": 1,
+              "attention_candidates": [fk.AttentionConfig(), fk.AttentionConfig(64, 4, 4, 2, False, "in_split")]}
+    formats = sorted(formats_of(quants), key=lambda f: f == "dense")  # the guessed tables (fp8, int4) first: bf16's is measured
+    tuned = fk.tune_launch_shapes(device, [cards[k].architecture for k in models], budget, formats=formats, ctxs=ctxs,
+                                  log=run.say, **kw)
+    run.results["tuned_launch_shapes"] = tuned
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "tuned_launch_shapes.json").write_text(json.dumps(tuned, indent=1))
+    run.say("tuned launch shapes: " + json.dumps({k: tuned[k] for k in ("gemv", "attention", "pdl") if k in tuned}))
+    choice = {k: tuned[k] for k in ("gemv", "attention", "pdl", "source") if k in tuned}
+    run_levers(run, cards, models[:1], [q for q in quants if q == "bf16"], ctxs, device, dtype, copy_Bps, n_dev, n_host,
+               variants={"table": {}, "tuned": choice})
+
+
+# ----------------------------------------------------------------------------- helpers and main
+
+
+def formats_of(quants) -> list:
+    fmts = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}
+    return [fmts[q] for q in quants if q in fmts] or ["dense"]
+
+
+def layouts(cards, models) -> dict:
+    """HeadLayout -> layers, for the cards' distinct head layouts (28/4/128 Qwen, 32/8/128 Llama and Mistral)."""
+    from decodegap.measure import fused_kernels as fk
+
+    out = {}
+    for key in models:
+        a = cards[key].architecture
+        hq = a["num_attention_heads"]
+        out.setdefault(fk.HeadLayout(hq, a["num_key_value_heads"], a.get("head_dim") or a["hidden_size"] // hq), a["num_hidden_layers"])
+    return out
+
+
+def layout_name(h) -> str:
+    return f"{h.n_heads}/{h.n_kv}/{h.head_dim}"
+
+
+def attention_variants(table, device) -> dict:
+    """Ours at the GPU's table entry, each attention lever, and a few shapes."""
+    from decodegap.measure import fused_kernels as fk
+
+    att = table.attention
+    if device.type != "cuda":  # the interpreter (--smoke): each lever once
+        return {"table": att, "masked in-split": dataclasses.replace(att, skip_empty=False, combine="in_split")}
+    out = {"table": att, "masked": dataclasses.replace(att, skip_empty=False),
+           "masked in-split": dataclasses.replace(att, skip_empty=False, combine="in_split"),
+           "bt32 x4/SM masked": fk.AttentionConfig(32, 4, 4, 2, False, "separate"),
+           "bt32 x8/SM masked": fk.AttentionConfig(32, 8, 4, 2, False, "separate"),
+           "bt64 x4/SM masked": fk.AttentionConfig(64, 4, 4, 2, False, "separate"),
+           "bt128 x4/SM w8 masked": fk.AttentionConfig(128, 4, 8, 2, False, "separate")}
+    return {n: c for i, (n, c) in enumerate(out.items()) if c not in list(out.values())[:i]}
+
+
+def smoke_cards(cards) -> dict:
+    """The tiny cards widened to whole int4 groups (128 columns), as the tests widen them."""
+    wide = {"hidden_size": 256, "intermediate_size": 256, "head_dim": 64}
+    return {k: dataclasses.replace(cards[k], architecture={**cards[k].architecture, **wide}) for k in ("tiny-llama", "tiny-qwen")}
+
+
+def summary(run) -> None:
+    r = run.results
+    print("\n== summary", flush=True)
+    steps = [s for s in r.get("steps", []) if "device_ms" in s]
+    if steps:
+        print(f"{'model':16s} {'quant':14s} {'ctx':>6s} {'dev ms':>8s} {'host ms':>8s} {'GB':>7s} {'TB/s':>6s} {'%copy':>6s} "
+              f"{'GEMV ms':>8s} {'attn ms':>8s} {'rest ms':>8s}")
+        for s in steps:
+            print(f"{s['model']:16s} {s['quant']:14s} {s['ctx']:>6d} {s['device_ms']:8.3f} {s['host_ms']:8.3f} "
+                  f"{(s['weight_bytes'] + s['kv_bytes']) / 1e9:7.3f} {s['TBps']:6.2f} {100 * s['copy_fraction']:6.1f} "
+                  f"{s.get('gemv_ms', float('nan')):8.3f} {s.get('attention_ms', float('nan')):8.3f} {s.get('rest_ms', float('nan')):8.3f}")
+    for s in r.get("steps", []):
+        if "error" in s:
+            print(f"{s['model']:16s} {s['quant']:14s} {s['ctx']:>6d} cannot run: {s['error'][:120]}")
+    att = r.get("attention", [])
+    if att:
+        print(f"\n{'layout':10s} {'ctx':>6s} {'ours best (variant)':>34s} {'flash':>8s} {'cudnn':>8s} {'dispatch':>8s}  us/layer")
+        for a in att:
+            ours = {n: v["us"] for n, v in a["ours"].items() if "us" in v}
+            best = min(ours, key=ours.get) if ours else None
+            sd = [a["sdpa"].get(n, {}).get("us") for n in ("sdpa flash", "sdpa cudnn", "sdpa dispatcher")]
+            txt = f"{ours[best]:.2f} ({best})" if best else "--"
+            print(f"{a['layout']:10s} {a['ctx']:>6d} {txt:>34s} " + " ".join(f"{v:8.2f}" if v else f"{'--':>8s}" for v in sd))
+    gemv = [g for g in r.get("gemv", []) if "us" in g]
+    if gemv:
+        print(f"\n{'model':16s} {'format':6s} " + " ".join(f"{role:>17s}" for role in ("qkv", "o", "gate_up", "down", "lm_head"))
+              + "  (GB/s, x cuBLAS time)")
+        for key in dict.fromkeys(g["model"] for g in gemv):
+            for fmt in dict.fromkeys(g["format"] for g in gemv):
+                by_role = {g["role"]: g for g in gemv if g["model"] == key and g["format"] == fmt}
+                if by_role:
+                    cells = [f"{by_role[role]['GBps']:6.0f}" + (f" {by_role[role]['us'] / by_role[role]['cublas_us']:5.2f}x"
+                             if "cublas_us" in by_role[role] else "") if role in by_role else "--"
+                             for role in ("qkv", "o", "gate_up", "down", "lm_head")]
+                    print(f"{key:16s} {fmt:6s} " + " ".join(f"{c:>17s}" for c in cells))
+    levers = [lv for lv in r.get("levers", []) if "device_ms" in lv]
+    if levers:
+        print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'lever':30s} {'dev ms':>8s} {'x table':>8s}")
+        for lv in levers:
+            print(f"{lv['model']:16s} {lv['quant']:12s} {lv['ctx']:>6d} {lv['lever']:30s} {lv['device_ms']:8.3f} {lv['x_table']:8.3f}")
+    if r.get("tuned_launch_shapes"):
+        t = r["tuned_launch_shapes"]
+        print("\ntuned launch shapes:", json.dumps({k: t[k] for k in ("gemv", "attention", "pdl") if k in t}))
+    if r.get("checks_failed"):
+        print(f"\nCHECKS FAILED: {r['checks_failed']}")
+    print(f"skipped: {r['skipped'] or 'nothing'}; errors: {[e['part'] for e in r['errors']] or 'none'}; "
+          f"{time.perf_counter() - run.t0:.0f} s", flush=True)
+
+
+def main(argv=None) -> int:
+    t0 = time.perf_counter()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path, help="folder for floor_limit.json and tuned_launch_shapes.json")
+    ap.add_argument("--deadline-s", type=float, default=500, help="seconds from the start after which no new part or item starts")
+    ap.add_argument("--models", nargs="+", default=["qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b"])
+    ap.add_argument("--quant", nargs="+", default=["bf16", "fp8", "int4-triton", "int4-tinygemm"])
+    ap.add_argument("--ctx", nargs="+", type=int, default=[2048, 16384], help="contexts of the whole step and the levers")
+    ap.add_argument("--attn-ctx", nargs="+", type=int, default=[2048, 4096, 8192, 16384])
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--lever-models", nargs="+", default=None, help="cards the levers run on (default: the first of --models)")
+    ap.add_argument("--tune-budget-s", type=float, default=90, help="tune_launch_shapes' budget (each candidate compiles: 1-2 s)")
+    ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
+    ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.bandwidth import copy_bandwidth_Bps
+
+    cards = load_models()
+    if a.smoke:
+        why = fk.usable_here("cpu")
+        if why:
+            print(f"floor_limit --smoke: {why}", file=sys.stderr)
+            return 2
+        cards = smoke_cards(cards)  # one card for the model parts, both cards' head layouts for attention
+        a.models, a.ctx, a.attn_ctx = ["tiny-qwen", "tiny-llama"], [40], [40]
+        a.lever_models = a.lever_models or a.models[:1]
+        device, dtype, n_dev, n_host = torch.device("cpu"), torch.float32, 1, 1
+    else:
+        if not torch.cuda.is_available():
+            print("floor_limit: needs a CUDA GPU (it times on the device); --smoke runs it on the CPU", file=sys.stderr)
+            return 2
+        device, dtype, n_dev, n_host = torch.device("cuda"), torch.bfloat16, 50, 30
+    run = Run(a.deadline_s, a.out, t0)
+    gpu = load_gpu(a.gpu) if not a.smoke else None
+    copy_Bps = copy_bandwidth_Bps(device.type)
+    import triton
+
+    env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)",
+           "torch": torch.__version__, "triton": triton.__version__, "sm_count": fk.sm_count_of(device),
+           "gpu_key": fk.gpu_key_of(device), "copy_Bps": copy_Bps, "datasheet_Bps": gpu.b_peak_Bps if gpu else None,
+           "launch_shapes": fk.resolve(None, device).as_dict(), "argv": sys.argv if argv is None else argv}
+    run.results["environment"] = env
+    run.say(f"on {env['device']} (torch {env['torch']}, Triton {env['triton']}, {env['sm_count']} SMs, table "
+            f"'{env['gpu_key']}'); device copy {copy_Bps / 1e9:.0f} GB/s" + (f", datasheet {gpu.b_peak_Bps / 1e12:.1f} TB/s" if gpu else ""))
+    lever_models = a.lever_models or a.models[:1]
+    model_parts = a.models[:1] if a.smoke else a.models  # the interpreter costs a tenth of a second a launch: one card
+    with torch.inference_mode():
+        for name in a.parts:
+            if not run.enough(f"part {name}", 20):
+                continue
+            if name == "checks":
+                run.part(name, run_checks, run, cards, a.models, a.quant, device, dtype, 39 if a.smoke else 2047)
+            elif name == "gemv":
+                run.part(name, run_gemv, run, cards, model_parts, a.quant, device, dtype)
+            elif name == "attention":
+                run.part(name, run_attention, run, cards, a.models, a.attn_ctx, device, dtype)
+            elif name == "steps":
+                run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
+            elif name == "levers":
+                run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
+            else:
+                run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
+                         a.tune_budget_s, a.smoke)
+            run.save()
+    summary(run)
+    run.save()
+    return 1 if run.results.get("checks_failed") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""What the fused kernels share: the legend of their compile-time names, the checks every launch
+wrapper makes of its tensors, and the small Triton helpers (the RMSNorm prologue, the input chunk,
+programmatic dependent launch).
+
+Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are upper-case here:
+
+  K, KP      columns of W (the input vector's length), and K padded to a power of 2 (tl.arange's)
+  N          rows of W
+  R          rows one GEMV tile holds: BN, or 2 * BP for row pairs
+  BN         rows of W per program (linear, gate_up)
+  BK         columns of W per loop step
+  BP         RoPE pairs per program (qkv): row i of a head with row i + head_dim/2
+  I          intermediate size: rows of gate, and of up, in the joined gate/up weight
+  H, HP      hidden size and its padding (add_norm)
+  HQ, HKV    query heads, KV heads
+  D, DP      head dim, and padded (at least 16, tl.dot's smallest tile)
+  G, GP      query heads per KV head (the group), and padded (at least 16)
+  L          positions the KV cache holds (its length, not the step's position)
+  SPLIT      cache positions per attention split program
+  BT         positions per attention loop step (a BT x D tile of K and of V)
+  NS, NSP    attention splits, and padded to a power of 2
+  CS         splits per step of a combine
+  FMT        weight storage format: DENSE (as stored, bf16 or float32), FP8 (e4m3, a float32 scale
+             per row), INT4 (int32 words of eight 4-bit values, a scale and zero per group of 128)
+  XT         the input chunk loaded as a tile of W's shape, not a vector (GemvConfig.x_tile)
+  NORM, HAS_BIAS, RESIDUAL, FROM_Y, ADD
+             prologue and epilogue switches: RMSNorm the input, add a bias, add into a residual,
+             take a packed path's GEMV output instead of computing it, add before the norm
+  SKIP_EMPTY, COMBINE, PDL
+             levers (launch.py): branch past empty attention blocks, combine splits in the split
+             kernel, programmatic dependent launch
+
+Numerics: every product is float32 (Triton 3.6's interpreter, which the CPU tests run, computes
+bf16 `*` and bf16 `tl.dot` wrongly); where transformers rounds to the activations' dtype, the kernels
+round too (`.to(dtype).to(tl.float32)`), so in bf16 the two differ only in summation order.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+try:  # Triton 3.2+: griddepcontrol, Hopper's programmatic dependent launch
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - an older Triton: the PDL lever is unavailable
+    gdc_launch_dependents = gdc_wait = None
+
+DENSE, FP8, INT4 = 0, 1, 2  # FMT: the weight storage formats (gemv.WeightOperand.format names them)
+FMT_FP8, FMT_INT4 = tl.constexpr(FP8), tl.constexpr(INT4)  # the same, as a kernel may read a global
+INT4_GROUP = 128  # columns per int4 group: one scale and one zero per group and row
+INT4_PER_WORD = 8  # 4-bit values per int32 word
+INT4_WORDS_PER_GROUP = INT4_GROUP // INT4_PER_WORD
+
+
+def usable_here(device) -> str | None:
+    """None when the kernels can run on `device`, else why not: a CPU runs them only under Triton's
+    interpreter, switched on before triton was first imported."""
+    if torch.device(device).type == "cuda":
+        return None
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(tl.sum, InterpretedFunction):
+        return ("the fused kernels run on a CPU only under Triton's interpreter: set TRITON_INTERPRET=1 before "
+                "anything imports triton (transformers does), as tests/conftest.py does")
+    return None
+
+
+def pdl_available(device) -> str | None:
+    """None when programmatic dependent launch can be switched on for `device`, else why not."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "programmatic dependent launch needs a CUDA GPU"
+    if gdc_wait is None:
+        return f"Triton {triton.__version__} has no griddepcontrol (triton.language.extra.cuda.gdc_wait)"
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return "programmatic dependent launch needs compute capability 9.0 (Hopper) or newer"
+    return None
+
+
+def launch_options(warps: int, pdl: bool, stages: int | None = None) -> dict:
+    """Keyword options of a kernel launch; launch_pdl only when on (the interpreter takes no such option)."""
+    out = {"num_warps": warps}
+    if stages is not None:
+        out["num_stages"] = stages
+    if pdl:
+        out["launch_pdl"] = True
+    return out
+
+
+def p2(n: int) -> int:
+    return triton.next_power_of_2(int(n))
+
+
+def require(where: str, name: str, t, *, dtype=None, numel: int | None = None, shape=None, device=None) -> None:
+    """A launch wrapper's check of one tensor it passes to a kernel: a contiguous tensor (the kernels
+    index it as dense memory), of `dtype` (one dtype or a tuple), `numel` elements or exactly `shape`,
+    on `device`; a ValueError names the function and the argument."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{where}: {name} must be a tensor, not {type(t).__name__}")
+    if not t.is_contiguous():
+        raise ValueError(f"{where}: {name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
+    if dtype is not None and t.dtype not in (dtype if isinstance(dtype, tuple) else (dtype,)):
+        want = ", ".join(str(d).removeprefix("torch.") for d in (dtype if isinstance(dtype, tuple) else (dtype,)))
+        raise ValueError(f"{where}: {name} must be {want}, not {str(t.dtype).removeprefix('torch.')}")
+    if numel is not None and t.numel() != numel:
+        raise ValueError(f"{where}: {name} must hold {numel} elements, not {t.numel()} (shape {tuple(t.shape)})")
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{where}: {name} must have shape {tuple(shape)}, not {tuple(t.shape)}")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"{where}: {name} is on {t.device}, the other tensors on {device}")
+
+
+def check_index_range(where: str, n: int, k: int) -> None:
+    if n * k >= 2**31:  # the kernels index W in 32 bits
+        raise ValueError(f"{where}: a {n} x {k} weight is too large for the fused kernels' 32-bit indexing")
+
+
+# ----------------------------------------------------------------------------- Triton helpers
+
+
+@triton.jit
+def pdl_start(PDL: tl.constexpr):
+    """With PDL, wait until the kernel before this one has finished and its writes are visible
+    (nothing a kernel does before this call may read an activation or write anything), then let the
+    kernel after this one start launching as this one's programs drain."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def rstd_of(x_ptr, K: tl.constexpr, KP: tl.constexpr, eps):
+    """1 / RMS of x's K elements, in float32 (transformers' RMSNorm takes the variance in float32)."""
+    offs = tl.arange(0, KP)
+    x = tl.load(x_ptr + offs, mask=offs < K, other=0.0).to(tl.float32)
+    return tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+
+
+@triton.jit
+def input_chunk(x_ptr, g_ptr, cols, cmask, rstd, NORM: tl.constexpr):
+    """x[cols] (any shape of column indices) as the GEMV multiplies it, in float32: normalised and
+    scaled by the norm's weight g, each rounded to the activations' dtype as transformers' RMSNorm
+    rounds them, when NORM; else as stored."""
+    x = tl.load(x_ptr + cols, mask=cmask, other=0.0)
+    x32 = x.to(tl.float32)
+    if NORM:  # float32 products rounded to x's dtype: what a bf16 multiply gives (the interpreter's bf16 arithmetic is wrong)
+        xn = (x32 * rstd).to(x.dtype).to(tl.float32)
+        x32 = (tl.load(g_ptr + cols, mask=cmask, other=0.0).to(tl.float32) * xn).to(x.dtype).to(tl.float32)
+    return x32

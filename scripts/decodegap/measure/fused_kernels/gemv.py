@@ -1,0 +1,469 @@
+"""The fused step's GEMV kernels, generic over how the weight is stored, with the small ops of a
+layer folded into their prologues and epilogues:
+
+  qkv_rope   RMSNorm of x (prologue), the joined q/k/v GEMV (+ bias), RoPE on q and k, and the
+             append of k and v to the layer's cache at the step's position (epilogue)
+  linear     a GEMV with an optional RMSNorm prologue and residual epilogue: o (x += W_o a),
+             down (x += W_down h), the output projection (logits = W_lm norm(x))
+  gate_up    RMSNorm (prologue), the joined gate/up GEMV, SiLU(gate) * up (epilogue)
+  add_norm   one program: x += y, then the next RMSNorm (for paths whose own GEMV runs outside)
+
+A GEMV program reads R whole rows of W along K (contiguous, so the loads vectorise; streamed with
+evict-first so x stays in L2) and reduces them in float32; the input vector and its norm are
+recomputed per program (a few KB from L2). RoPE pairs element i of a head with i + head_dim/2
+(transformers' rotate_half), so a qkv program owns BP pairs: a tile of 2 * BP rows, head_dim/2
+apart. gate_up likewise: gate row n with up row n + I.
+
+The weight (`WeightOperand`) is stored in one of three formats; the prologue and epilogues are the
+same for all, only the loop that reads W differs (`gemv_rows`):
+
+  dense  as stored (bf16 on the GPU, float32 in tests)
+  fp8    float8_e4m3fn, one float32 scale per row (output channel), applied to the row's sum
+  int4   int32 words of eight 4-bit values q along K; one bf16 scale s and one integer-valued bf16
+         zero z per group of 128 columns and row, W = (q - z) * s. Nibble j (bits 4j..4j+3) of word i
+         of a group holds column 16j + i of the group, so the x values each nibble multiplies are
+         16 contiguous columns and a row's words load as one contiguous run
+
+int4 turns a nibble into a float without a conversion or a shift: a nibble q at bits 4p..4p+3 of
+a word, masked out and OR-ed under the exponent of 2^(23 - 4p), is the float 2^(23 - 4p) + q
+(its mantissa's last bit is worth 2^-4p), and subtracting 2^(23 - 4p) + z leaves q - z exactly;
+nibbles 5..7 take one shift per word first, and a group's sum is scaled once. Per weight that is one
+and-or (LOP3), a subtract and a multiply-add (cuobjdump of the sm_90 cubin, fused_kernels.ahead).
+
+The input chunk x meets W's tile either as a vector (one load per step, which Triton then spreads
+to the tile's layout through shared memory, a barrier each step) or, with GemvConfig.x_tile, loaded
+as a tile of W's shape (each thread loads the x values its weights need from L1: no barrier, but a
+normalising prologue computes once per tile element instead of once per column). Which is faster
+depends on the role and the GPU: it is part of the launch shape.
+
+The launch wrappers take keyword arguments, check every tensor they pass (contiguous, dtype, size)
+and raise a ValueError that names the argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from decodegap.measure.fused_kernels.common import (
+    DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, check_index_range, input_chunk, launch_options, p2,
+    pdl_start, require, rstd_of)
+from decodegap.measure.fused_kernels.launch import GemvConfig
+
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INT4_MAGIC = 0x4B000000  # the float 2^23's bits: the int4 loop's exponent (a run-time argument: _int4_rows says why)
+FORMAT_CODES = {"dense": DENSE, "fp8": FP8, "int4": INT4}
+
+
+@dataclass(frozen=True)
+class WeightOperand:
+    """A weight as the GEMV kernels read it, `n` rows (outputs) by `k` columns (inputs):
+
+      dense  weight (n, k), as stored
+      fp8    weight (n, k) float8_e4m3fn; scale (n,) float32: W = weight * scale[:, None]
+      int4   weight (n, k / 8) int32 (module docstring); scale and zero (n, k / 128) bf16: W = (q - zero) * scale
+    """
+
+    format: str
+    weight: torch.Tensor
+    scale: torch.Tensor | None = None
+    zero: torch.Tensor | None = None
+
+    @property
+    def code(self) -> int:
+        return FORMAT_CODES[self.format]
+
+    @property
+    def n(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def k(self) -> int:
+        return self.weight.shape[1] * (INT4_PER_WORD if self.format == "int4" else 1)
+
+    def validate(self, where: str, name: str, device) -> None:
+        """Each stored tensor contiguous, of the format's dtype and shape, on `device`."""
+        if self.format not in FORMAT_CODES:
+            raise ValueError(f"{where}: {name} has format {self.format!r}; formats are {', '.join(FORMAT_CODES)}")
+        if self.weight.dim() != 2:
+            raise ValueError(f"{where}: {name}.weight must be 2-D (rows, columns), not shape {tuple(self.weight.shape)}")
+        n, k = self.n, self.k
+        if self.format == "dense":
+            require(where, f"{name}.weight", self.weight, dtype=ACTIVATION_DTYPES, device=device)
+        elif self.format == "fp8":
+            require(where, f"{name}.weight", self.weight, dtype=torch.float8_e4m3fn, device=device)
+            require(where, f"{name}.scale", self.scale, dtype=torch.float32, numel=n, device=device)
+        else:
+            if k % INT4_GROUP:
+                raise ValueError(f"{where}: {name} has {k} columns, not whole int4 groups of {INT4_GROUP}")
+            require(where, f"{name}.weight", self.weight, dtype=torch.int32, device=device)
+            for part in ("scale", "zero"):
+                require(where, f"{name}.{part}", getattr(self, part), dtype=torch.bfloat16, shape=(n, k // INT4_GROUP),
+                        device=device)
+
+    def block_k(self, where: str, shape: GemvConfig) -> int:
+        """Columns per loop step: the shape's, at most K's padding; whole groups for int4."""
+        bk = min(shape.block_k, p2(self.k))
+        if self.format == "int4" and (bk % INT4_GROUP or bk & (bk - 1)):
+            raise ValueError(f"{where}: int4 reads whole groups: block_k {shape.block_k} must be a power of 2 "
+                             f"and a multiple of {INT4_GROUP}")
+        return bk
+
+
+def as_operand(weight) -> WeightOperand:
+    return weight if isinstance(weight, WeightOperand) else WeightOperand("dense", weight)
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """Query heads, KV heads and head dim of a GQA attention."""
+
+    n_heads: int
+    n_kv: int
+    head_dim: int
+
+    @property
+    def group(self) -> int:
+        return self.n_heads // self.n_kv
+
+    @property
+    def qkv_rows(self) -> int:
+        return (self.n_heads + 2 * self.n_kv) * self.head_dim
+
+
+# ----------------------------------------------------------------------------- the weight loops
+
+
+@triton.jit
+def _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
+                NORM: tl.constexpr, XT: tl.constexpr):
+    """W[rows] . x over K for a W stored element by element (bf16, float32 or fp8): an R x BK tile a
+    step, float32 products, one sum per row at the end. XT: x loaded as an R x BK tile (module
+    docstring)."""
+    acc = tl.zeros((R, BK), tl.float32)
+    cols0 = tl.arange(0, BK)
+    for k0 in range(0, K, BK):
+        cols = k0 + cols0
+        cmask = cols < K
+        m = rmask[:, None] & cmask[None, :]
+        if XT:
+            x = input_chunk(x_ptr, g_ptr, cols[None, :] + 0 * rows[:, None], m, rstd, NORM)
+        else:
+            x = input_chunk(x_ptr, g_ptr, cols, cmask, rstd, NORM)[None, :]
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        acc += w.to(tl.float32) * x
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
+               R: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
+    """W[rows] . x over K for int4 words (module docstring): BK / 128 groups a step, an R x groups x 16
+    tile of words, each word's eight nibbles against eight 16-column chunks of x; each group's sum
+    scaled by its row's scale once. `magic` is 0x4B000000 (2^23's bits), passed at run time so that
+    ptxas keeps it in a register and the mask-and-or is one LOP3 (as two immediates it took two)."""
+    GB: tl.constexpr = BK // 128  # groups per step
+    NG: tl.constexpr = K // 128  # groups per row
+    acc = tl.zeros((R, GB, 16), tl.float32)
+    g0 = tl.arange(0, GB)
+    i16 = tl.arange(0, 16)
+    for k0 in range(0, K, BK):
+        grp = k0 // 128 + g0
+        gmask = grp < NG
+        m2 = rmask[:, None] & gmask[None, :]
+        words = tl.load(w_ptr + rows[:, None, None] * (K // 8) + (grp * 16)[None, :, None] + i16[None, None, :],
+                        mask=m2[:, :, None], other=0, eviction_policy="evict_first")
+        sz = rows[:, None] * NG + grp[None, :]
+        scale = tl.load(s_ptr + sz, mask=m2, other=0.0).to(tl.float32)
+        zero = tl.load(z_ptr + sz, mask=m2, other=0.0).to(tl.float32)
+        high = words >> 12  # nibbles 5, 6, 7 moved to bits 8..19, below the exponent
+        for j in tl.static_range(8):
+            cols = (grp * 128)[:, None] + j * 16 + i16[None, :]
+            if XT:
+                x = input_chunk(x_ptr, g_ptr, cols[None, :, :] + 0 * rows[:, None, None], m2[:, :, None], rstd, NORM)
+            else:
+                x = input_chunk(x_ptr, g_ptr, cols, gmask[:, None], rstd, NORM)[None, :, :]
+            # nibble q at bits 4p..4p+3 under the exponent of 2^(23 - 4p): the float 2^(23 - 4p) + q, one
+            # and-or; minus 2^(23 - 4p) + z (exact for z in 0..15): q - z, exactly
+            if j < 5:
+                bits = (words & (15 << (4 * j))) | (magic - ((4 * j) << 23))
+                base = 2.0 ** (23 - 4 * j)
+            else:
+                bits = (high & (15 << (4 * (j - 3)))) | (magic - ((4 * (j - 3)) << 23))
+                base = 2.0 ** (23 - 4 * (j - 3))
+            term = (bits.to(tl.float32, bitcast=True) - (zero + base)[:, :, None]) * x
+            if j == 0:  # the group's sum starts from its first nibble's products (no zeroed tile to add to)
+                part = term
+            else:
+                part += term
+        acc += part * scale[:, :, None]
+    return tl.sum(tl.sum(acc, axis=2), axis=1)
+
+
+@triton.jit
+def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
+              R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
+    """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
+    a tile when XT."""
+    if FMT == FMT_INT4:
+        y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT)
+    else:
+        y = _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K, BK, R, NORM, XT)
+        if FMT == FMT_FP8:
+            y = y * tl.load(s_ptr + rows, mask=rmask, other=0.0)
+    return y
+
+
+@triton.jit
+def _halves(y, B: tl.constexpr):
+    """The first and the last B elements of a 2B vector, exactly (each a sum of one value and zeros),
+    with broadcasts only: a 2B x B selection, tiny beside the GEMV's tile."""
+    i = tl.arange(0, 2 * B)[:, None]
+    j = tl.arange(0, B)[None, :]
+    return tl.sum(tl.where(i == j, y[:, None], 0.0), axis=0), tl.sum(tl.where(i == j + B, y[:, None], 0.0), axis=0)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, vc_ptr,
+                     eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                     L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
+    """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
+    rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
+    heads turned by RoPE at the step's position; q stored to q_ptr, k and v to the cache at the
+    position (a (HKV, L, D) tensor each). Nothing else of the cache is written."""
+    pdl_start(PDL)
+    HALF: tl.constexpr = D // 2
+    PER_HEAD: tl.constexpr = HALF // BP
+    pid = tl.program_id(0)
+    head = pid // PER_HEAD  # of the joined rows: q heads, then k heads, then v heads
+    j = (pid % PER_HEAD) * BP + tl.arange(0, BP)
+    rows = head * D + j
+    if FROM_Y:  # a packed path's output (its bias included)
+        y1 = tl.load(y_ptr + rows).to(tl.float32)
+        y2 = tl.load(y_ptr + rows + HALF).to(tl.float32)
+    else:
+        rstd = rstd_of(x_ptr, K, KP, eps)
+        pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
+        both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True, XT), BP)
+        if HAS_BIAS:
+            y1 += tl.load(b_ptr + rows).to(tl.float32)
+            y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
+    dt = q_ptr.dtype.element_ty
+    y1 = y1.to(dt).to(tl.float32)  # the linear's output, in the activations' dtype
+    y2 = y2.to(dt).to(tl.float32)
+    pos = tl.load(pos_ptr)
+    if head < HQ + HKV:  # q and k turn by the position's angle; v does not
+        c = tl.load(cos_ptr + pos * HALF + j).to(tl.float32)
+        s = tl.load(sin_ptr + pos * HALF + j).to(tl.float32)
+        o1 = y1 * c - y2 * s
+        o2 = y2 * c + y1 * s
+    else:
+        o1 = y1
+        o2 = y2
+    if head < HQ:
+        tl.store(q_ptr + rows, o1.to(dt))
+        tl.store(q_ptr + rows + HALF, o2.to(dt))
+    elif head < HQ + HKV:
+        base = kc_ptr + (head - HQ) * L * D + pos * D
+        tl.store(base + j, o1.to(dt))
+        tl.store(base + j + HALF, o2.to(dt))
+    else:
+        base = vc_ptr + (head - HQ - HKV) * L * D + pos * D
+        tl.store(base + j, o1.to(dt))
+        tl.store(base + j + HALF, o2.to(dt))
+
+
+@triton.jit
+def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, eps, magic, N: tl.constexpr, K: tl.constexpr,
+                   KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                   NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+    """Program (block of BN rows): out = W (norm(x) when NORM, else x) (+ b) (+ res when RESIDUAL: the
+    product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may be `res`: a
+    program reads and writes only its own rows."""
+    pdl_start(PDL)
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    rmask = rows < N
+    rstd = 1.0
+    if NORM:
+        rstd = rstd_of(x_ptr, K, KP, eps)
+    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
+    dt = out_ptr.dtype.element_ty
+    if RESIDUAL:
+        y = y.to(dt).to(tl.float32) + tl.load(res_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows, y.to(dt), mask=rmask)
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr, K: tl.constexpr,
+                    KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
+                    FROM_Y: tl.constexpr, PDL: tl.constexpr):
+    """Program (block of BN gate rows): gate and up = W norm(x) for rows n and n + I (or read from
+    y_ptr, FROM_Y), each rounded to the activations' dtype; out = SiLU(gate) * up, SiLU's output
+    rounded as transformers' act_fn rounds it."""
+    pdl_start(PDL)
+    rows = tl.program_id(0) * BN + tl.arange(0, BN)
+    rmask = rows < I
+    if FROM_Y:
+        gate = tl.load(y_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
+        up = tl.load(y_ptr + rows + I, mask=rmask, other=0.0).to(tl.float32)
+    else:
+        rstd = rstd_of(x_ptr, K, KP, eps)
+        pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
+        own = tl.program_id(0) * BN + pair % BN
+        both = own + (pair // BN) * I
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, True, XT), BN)
+    dt = out_ptr.dtype.element_ty
+    gate = gate.to(dt).to(tl.float32)
+    up = up.to(dt).to(tl.float32)
+    act = (gate * tl.sigmoid(gate)).to(dt).to(tl.float32)
+    tl.store(out_ptr + rows, (act * up).to(dt), mask=rmask)
+
+
+@triton.jit
+def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.constexpr, ADD: tl.constexpr,
+                     PDL: tl.constexpr):
+    """One program: x += y (when ADD, rounded to x's dtype), then xn = RMSNorm(x) * g."""
+    pdl_start(PDL)
+    offs = tl.arange(0, HP)
+    m = offs < H
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    if ADD:
+        x = (x.to(tl.float32) + tl.load(y_ptr + offs, mask=m, other=0.0).to(tl.float32)).to(x.dtype)
+        tl.store(x_ptr + offs, x, mask=m)
+    x32 = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x32 * x32, axis=0) / H + eps)
+    xn = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32) * (x32 * rstd).to(x.dtype).to(tl.float32)
+    tl.store(xn_ptr + offs, xn.to(x.dtype), mask=m)
+
+
+# ----------------------------------------------------------------------------- launches
+
+
+def _operand_args(op: WeightOperand | None, stand_in):
+    """The kernel's weight pointers (weight, scale, zero); unused ones point at `stand_in`."""
+    if op is None:
+        return stand_in, stand_in, stand_in
+    return op.weight, op.scale if op.scale is not None else stand_in, op.zero if op.zero is not None else stand_in
+
+
+def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, eps: float = 0.0, residual=None,
+           pdl: bool = False) -> None:
+    """out = (residual +) W (RMSNorm(x) * norm_weight if norm_weight is given, else x) (+ bias), one launch.
+    `weight`: a WeightOperand or a dense (n, k) tensor; x (k,), out, bias and residual (n,); out may
+    be residual (the residual add in place)."""
+    where, op = "linear", as_operand(weight)
+    require(where, "x", x, dtype=ACTIVATION_DTYPES)
+    op.validate(where, "weight", x.device)
+    n, k = op.n, op.k
+    require(where, "x", x, numel=k)
+    require(where, "out", out, dtype=x.dtype, numel=n, device=x.device)
+    for name, t, size in (("bias", bias, n), ("norm_weight", norm_weight, k), ("residual", residual, n)):
+        if t is not None:
+            require(where, name, t, numel=size, device=x.device, dtype=ACTIVATION_DTYPES)
+    check_index_range(where, n, k)
+    bn = min(shape.rows, p2(n))
+    w, s, z = _operand_args(op, x)
+    _linear_kernel[(triton.cdiv(n, bn),)](
+        x, norm_weight if norm_weight is not None else x, w, s, z, bias if bias is not None else x,
+        residual if residual is not None else x, out, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
+        FMT=op.code, XT=shape.x_tile, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
+        PDL=pdl,
+        **launch_options(shape.warps, pdl))
+
+
+def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache, v_cache, norm_weight, eps: float,
+             shape: GemvConfig, bias=None, y=None, pdl: bool = False) -> None:
+    """q_out (heads * head_dim,) and the cache rows at `position` from x: RMSNorm, the joined q/k/v
+    GEMV, bias, RoPE, append. cos and sin: (positions, head_dim / 2) tables; k_cache and v_cache:
+    (kv heads, cache length, head_dim). With `y` (a packed path's q/k/v output, its bias included)
+    the GEMV is skipped and `weight` must be None."""
+    where = "qkv_rope"
+    d, half = heads.head_dim, heads.head_dim // 2
+    bp = min(shape.rows, half)
+    if half % bp:
+        raise ValueError(f"{where}: head_dim {d}: {bp} pairs per program do not divide its {half} pairs")
+    require(where, "x", x, dtype=ACTIVATION_DTYPES)
+    dev, k = x.device, x.numel()
+    require(where, "norm_weight", norm_weight, numel=k, device=dev)
+    require(where, "q_out", q_out, numel=heads.n_heads * d, dtype=x.dtype, device=dev)
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        require(where, name, t, dtype=q_out.dtype, device=dev)
+        if t.dim() != 3 or t.shape[0] != heads.n_kv or t.shape[2] != d:
+            raise ValueError(f"{where}: {name} must be (kv heads {heads.n_kv}, positions, head_dim {d}), not {tuple(t.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        require(where, name, t, device=dev)
+        if t.dim() != 2 or t.shape[1] != half:
+            raise ValueError(f"{where}: {name} must be (positions, head_dim / 2 = {half}), not {tuple(t.shape)}")
+    require(where, "position", position, dtype=(torch.int64, torch.int32), numel=1, device=dev)
+    op = None
+    if y is not None:
+        if weight is not None:
+            raise ValueError(f"{where}: give the weight or a packed path's output y, not both")
+        require(where, "y", y, numel=heads.qkv_rows, device=dev)
+    else:
+        op = as_operand(weight)
+        op.validate(where, "weight", dev)
+        if (op.n, op.k) != (heads.qkv_rows, k):
+            raise ValueError(f"{where}: weight is {op.n} x {op.k}; the heads and x need {heads.qkv_rows} x {k}")
+        check_index_range(where, op.n, k)
+        if bias is not None:
+            require(where, "bias", bias, numel=heads.qkv_rows, device=dev)
+    w, s, z = _operand_args(op, x)
+    grid = ((heads.n_heads + 2 * heads.n_kv) * (half // bp),)
+    _qkv_rope_kernel[grid](
+        x, norm_weight, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
+        k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
+        HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
+
+
+def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, pdl: bool = False) -> None:
+    """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
+    then up) on RMSNorm(x) * norm_weight; from `y` (that GEMV's output) when a path ran it, weight None."""
+    where = "gate_up"
+    require(where, "x", x, dtype=ACTIVATION_DTYPES)
+    dev, k = x.device, x.numel()
+    require(where, "out", out, dtype=x.dtype, device=dev)
+    require(where, "norm_weight", norm_weight, numel=k, device=dev)
+    inter = out.numel()
+    op = None
+    if y is not None:
+        if weight is not None:
+            raise ValueError(f"{where}: give the weight or a packed path's output y, not both")
+        require(where, "y", y, numel=2 * inter, device=dev)
+    else:
+        op = as_operand(weight)
+        op.validate(where, "weight", dev)
+        if (op.n, op.k) != (2 * inter, k):
+            raise ValueError(f"{where}: weight is {op.n} x {op.k}; out and x need {2 * inter} x {k}")
+        check_index_range(where, op.n, k)
+    bn = min(shape.rows, p2(inter))
+    w, s, z = _operand_args(op, x)
+    _gate_up_kernel[(triton.cdiv(inter, bn),)](
+        x, norm_weight, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
+        FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
+
+
+def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:
+    """x += y (unless y is None), then xn = RMSNorm(x) * norm_weight: one program, for paths whose
+    own GEMV runs outside these kernels."""
+    where = "add_norm"
+    require(where, "x", x, dtype=ACTIVATION_DTYPES)
+    h = x.numel()
+    if y is not None:
+        require(where, "y", y, numel=h, device=x.device)
+    require(where, "norm_weight", norm_weight, numel=h, device=x.device)
+    require(where, "xn", xn, numel=h, dtype=x.dtype, device=x.device)
+    _add_norm_kernel[(1,)](x, y if y is not None else x, norm_weight, xn, eps, H=h, HP=p2(h), ADD=y is not None, PDL=pdl,
+                           **launch_options(4, pdl))

@@ -1,0 +1,227 @@
+"""Launch shapes of the fused kernels, keyed by GPU type, and the switches (levers) a benchmark turns.
+
+A launch shape is how a kernel's work is cut into programs (CUDA thread blocks): the GEMVs' rows and
+columns per program and warps, attention's positions per loop step, programs per multiprocessor,
+warps and pipeline stages. The best shape depends on the GPU, not on the model, so the shapes live
+in one table keyed by the GPU types of config/gpus.yaml (`LAUNCH_SHAPES`, with a "default" for any
+other) and a session picks its GPU's entry (`launch_shapes_for`), unless it is handed shapes that
+`decodegap.measure.fused_kernels.tune.tune_launch_shapes` measured on its machine (`resolve`).
+
+GEMV shapes are per weight storage format as the kernels read it ("dense": bf16 or float32 as
+stored; "fp8": e4m3 with a scale per row; "int4": 4-bit words with a scale and zero per group) and
+per role in the step:
+
+  qkv      the joined q/k/v projection (rows: pairs of rows, RoPE's two halves)
+  o        the attention output projection, added into the residual
+  gate_up  the joined gate/up projection (rows: gate rows, each with its up row)
+  down     the MLP's down projection, added into the residual
+  lm_head  the output projection (always dense: the paths keep it in bf16)
+
+Levers (each switchable, so benchmarks/floor_limit.py measures it on and off side by side):
+
+  pdl                  programmatic dependent launch (Hopper and newer): each kernel may start while
+                       the one before drains, and waits for its results in `griddepcontrol.wait`
+  attention.skip_empty attention skips whole blocks past the step's position with a branch (the
+                       measured H200 default) instead of masking them, which lets Triton pipeline
+                       the K/V loads across loop steps
+  attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
+                       program of each KV head to finish combines (one launch instead of two)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
+FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernels read (gemv.WeightOperand)
+COMBINES = ("separate", "in_split")
+DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """One GEMV role's launch shape: `rows` of W per program (pairs of rows for qkv, gate rows each
+    with its up row for gate_up), `block_k` columns of W per loop step (a multiple of 128 for int4:
+    whole groups), `warps` per program, and `x_tile`: the input chunk loaded as a tile of W's shape
+    instead of a vector (gemv.py's docstring says what that trades)."""
+
+    rows: int
+    block_k: int
+    warps: int
+    x_tile: bool = False
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The split decode attention's launch shape: `block_t` cache positions per loop step (a block_t x
+    head_dim tile of K and of V), `programs_per_sm` split programs to aim for per multiprocessor (all
+    KV heads together), `warps` and `stages` (Triton's software pipelining depth) per program, and
+    the levers `skip_empty` and `combine` (module docstring)."""
+
+    block_t: int = 32
+    programs_per_sm: int = 2
+    warps: int = 4
+    stages: int = 2
+    skip_empty: bool = True
+    combine: str = "separate"
+
+    def __post_init__(self):
+        if self.combine not in COMBINES:
+            raise ValueError(f"attention combine {self.combine!r}: one of {', '.join(COMBINES)}")
+        if self.block_t < 16 or self.block_t & (self.block_t - 1):
+            raise ValueError(f"attention block_t {self.block_t}: a power of 2, at least 16 (tl.dot's smallest tile)")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LaunchShapes:
+    """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
+    `attention`, `pdl`, and where they came from (`source`)."""
+
+    gemv: dict = field(default_factory=dict)
+    attention: AttentionConfig = AttentionConfig()
+    pdl: bool = False
+    source: str = ""
+
+    def gemv_for(self, fmt: str, role: str) -> GemvConfig:
+        """The shape of `role` for weights stored as `fmt`; a format without its own shapes takes the
+        dense ones (lm_head is always dense)."""
+        table = self.gemv.get(fmt) or self.gemv["dense"]
+        return table.get(role) or self.gemv["dense"][role]
+
+    def replace(self, **changes) -> "LaunchShapes":
+        """A copy with some fields changed; `attention` may be a dict of AttentionConfig's fields to change."""
+        if isinstance(changes.get("attention"), dict):
+            changes["attention"] = dataclasses.replace(self.attention, **changes["attention"])
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
+        return {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
+                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
+
+
+def _gemv_table(table: dict) -> dict:
+    return {role: GemvConfig(*shape) for role, shape in table.items()}
+
+
+# Dense (bf16) shapes chosen on the H200 (GPU-5872d8e9, 2026-12-01) by `benchmarks/fused_kernels.py
+# --json`: each role's least summed time over Qwen-2.5-7B's and Llama-3.1-8B's shapes, of 12
+# candidates (graph-replayed launches, weights cycled past L2); attention as those sessions ran it
+# (32 positions a step, 2 programs per multiprocessor, the branch that skips empty blocks). The fp8
+# and int4 shapes are first guesses, not yet measured: an fp8 row is half a bf16 row's bytes and an
+# int4 row a quarter, so a program takes more columns per step to keep as many bytes in flight;
+# benchmarks/floor_limit.py prints measured ones (tune_launch_shapes).
+_H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (8, 256, 4), "down": (2, 512, 4), "lm_head": (4, 512, 4)}
+# o and down (no norm prologue) load x as a tile: compiled for sm_90 that drops the shared-memory
+# barriers of x's relayout from their loops at no extra arithmetic (cuobjdump of the cubins); the
+# normalising roles would recompute the norm per tile element, so they keep the vector.
+_FP8_GUESS = {"qkv": (4, 1024, 4), "o": (2, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (2, 1024, 4, True)}
+_INT4_GUESS = {"qkv": (4, 1024, 4), "o": (4, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (4, 2048, 4, True)}
+
+LAUNCH_SHAPES = {
+    "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_FP8_GUESS), "int4": _gemv_table(_INT4_GUESS)},
+                         attention=AttentionConfig(block_t=32, programs_per_sm=2, warps=4, stages=2, skip_empty=True,
+                                                   combine="separate"),
+                         pdl=False, source="LAUNCH_SHAPES['h200']: dense measured on the H200 2026-12-01; fp8 and int4 guessed"),
+    # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
+    # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
+    "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_FP8_GUESS), "int4": _gemv_table(_INT4_GUESS)},
+                            attention=AttentionConfig(block_t=64, programs_per_sm=4, warps=4, stages=2, skip_empty=False,
+                                                      combine="separate"),
+                            pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type"),
+}
+# The CPU runs the kernels under Triton's interpreter (tests), where a program costs numpy calls, not
+# bandwidth: few programs with large tiles keep it fast. Tests that want several programs and loop
+# steps per kernel pass small shapes themselves.
+_CPU = {"qkv": (64, 2048, 4), "o": (256, 2048, 4), "gate_up": (256, 2048, 4), "down": (256, 2048, 4), "lm_head": (256, 2048, 4)}
+LAUNCH_SHAPES["cpu"] = LaunchShapes(gemv={fmt: _gemv_table(_CPU) for fmt in FORMATS}, attention=AttentionConfig(),
+                                    source="LAUNCH_SHAPES['cpu']: Triton's interpreter (tests)")
+GEMV_CONFIGS = LAUNCH_SHAPES["h200"].gemv["dense"]  # the bf16 roles' shapes, as earlier sessions recorded them
+
+
+def launch_shapes_for(gpu_key: str | None) -> LaunchShapes:
+    """The table's entry for a GPU type (a key of config/gpus.yaml), or the default one."""
+    return LAUNCH_SHAPES.get(gpu_key or "default", LAUNCH_SHAPES["default"])
+
+
+def gpu_key_of(device) -> str | None:
+    """The config/gpus.yaml key whose `device_name_match` the device's name contains (the longest
+    match: "L40S" is not an "L4"); "cpu" on the CPU; None for a device the table does not know."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cpu":
+        return "cpu"  # config/gpus.yaml's stand-in for tests: the interpreter's shapes
+    if device.type != "cuda":
+        return None
+    from decodegap.core.config import load_gpus
+
+    name = torch.cuda.get_device_name(device).lower()
+    matches = [(len(g.device_name_match), key) for key, g in load_gpus().items()
+               if g.device_name_match and g.device_name_match.lower() in name]
+    return max(matches)[1] if matches else None
+
+
+def sm_count_of(device) -> int:
+    """Multiprocessors of a CUDA device; DEFAULT_SM_COUNT elsewhere (the CPU's interpreter)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DEFAULT_SM_COUNT
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _gemv_from_json(table: dict, where: str) -> dict:
+    out = {}
+    for role, shape in table.items():
+        if role not in ROLES:
+            raise ValueError(f"{where}: unknown role(s) {role}; roles are {', '.join(ROLES)}")
+        out[role] = shape if isinstance(shape, GemvConfig) else GemvConfig(**shape)
+    return out
+
+
+def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
+    """The launch shapes a fused model runs with, from what it was given (`spec`):
+
+      None                       the table's entry for the device's GPU type (or `gpu_key`)
+      a LaunchShapes             as it is
+      {role: shape}              the dense roles' shapes changed (the form of benchmarks'
+                                 --gemv-configs files), shape a GemvConfig or its dict
+      {"gemv": {format: {role: shape}}, "attention": {...}, "pdl": ...}
+                                 the form tune_launch_shapes returns (and LaunchShapes.as_dict),
+                                 each part over the table's entry
+
+    An unknown role, format or key is a ValueError that names it."""
+    base = launch_shapes_for(gpu_key if gpu_key is not None else gpu_key_of(device))
+    if spec is None:
+        return base
+    if isinstance(spec, LaunchShapes):
+        return spec
+    if not isinstance(spec, dict):
+        raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
+    if not spec.keys() & {"gemv", "attention", "pdl"}:  # {role: shape}: dense overrides
+        return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **_gemv_from_json(spec, "gemv_configs")}},
+                            source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
+    unknown = sorted(set(spec) - {"gemv", "attention", "pdl", "source", "gpu", "device_name", "sm_count", "timings_us",
+                                  "budget_s", "spent_s", "skipped"})
+    if unknown:
+        raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
+    gemv = {fmt: dict(roles) for fmt, roles in base.gemv.items()}
+    for fmt, roles in (spec.get("gemv") or {}).items():
+        if fmt not in FORMATS:
+            raise ValueError(f"gemv_configs: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
+        gemv[fmt].update(_gemv_from_json(roles, f"gemv_configs['gemv'][{fmt!r}]"))
+    attention = base.attention
+    if spec.get("attention"):
+        given = spec["attention"]
+        attention = given if isinstance(given, AttentionConfig) else dataclasses.replace(base.attention, **given)
+    return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
+                        source=spec.get("source") or "given (tune_launch_shapes)")

@@ -1,0 +1,224 @@
+"""Decode attention split over the cache's positions (flash decoding), and the splits' combine.
+
+One query per head attends over a cache of up to L positions. A single program per head would read
+its whole K and V alone, so the cache is cut into NS splits of SPLIT positions: program (KV head h,
+split s) takes the G query heads that share h against its split's positions and writes a partial
+softmax (running max m, sum l, and the softmax-weighted V, unnormalised); the combine joins the
+partials of every split per query head. The plan (how many splits) is fixed per cache length, so a
+captured graph replays it at any position: splits past the step's position contribute nothing.
+
+How many split programs: `programs_per_sm` per multiprocessor of the device (all KV heads
+together), from its SM count (launch.sm_count_of), so a long cache is read by enough programs to
+keep the memory busy and a short one is not cut into slivers.
+
+Levers (launch.AttentionConfig): `skip_empty` branches past a loop step whose block lies wholly past
+the step's position (no load, no math) instead of masking it; a branch around the loads keeps
+Triton from pipelining them across loop steps, a masked block costs its math but no memory traffic.
+`combine="in_split"` drops the combine's launch: each split program that held a valid position
+counts itself done on an atomic counter per KV head, and the last one combines that head's group
+(reading every split's partials through L2) and resets the counter for the next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from decodegap.measure.fused_kernels.common import launch_options, p2, pdl_start, require
+from decodegap.measure.fused_kernels.gemv import HeadLayout
+from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
+
+COMBINE_SPLITS_PER_STEP = 16  # CS: splits the in-split combine reads per loop step (a CS x head_dim tile)
+# CS of the separate combine: up to 128 splits in one tile (the H200 table's 24-65 splits: one step,
+# the tile its sessions ran), more in steps of 128 (a tile of every split took 255 registers at 260)
+SEPARATE_COMBINE_SPLITS_PER_STEP = 128
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How a cache of `max_len` positions is split among programs, and how they run: `split`
+    positions per split program, `n_splits` of them, and the AttentionConfig they launch with."""
+
+    split: int
+    n_splits: int
+    config: AttentionConfig
+
+    @property
+    def block_t(self) -> int:
+        return self.config.block_t
+
+    @classmethod
+    def for_cache(cls, max_len: int, n_kv: int, config: AttentionConfig = AttentionConfig(),
+                  sm_count: int = DEFAULT_SM_COUNT) -> "AttentionPlan":
+        """Splits of whole loop steps, as many as make config.programs_per_sm programs per multiprocessor
+        over all `n_kv` heads (at least one split)."""
+        want = max(1, config.programs_per_sm * sm_count // n_kv)
+        block_t = config.block_t
+        split = triton.cdiv(triton.cdiv(max_len, want), block_t) * block_t
+        return cls(split, triton.cdiv(max_len, split), config)
+
+    def as_dict(self) -> dict:
+        return {"split_positions": self.split, "splits": self.n_splits, "block_positions": self.block_t,
+                **{k: v for k, v in self.config.as_dict().items() if k != "block_t"}}
+
+
+def attention_scratch(plan: AttentionPlan, heads: HeadLayout, device):
+    """The splits' partial results (float32): running max and sum (kv heads x splits x padded group),
+    weighted V (and a padded head dim), and one int32 counter per KV head for the in-split combine
+    (zero between steps)."""
+    gp = max(16, p2(heads.group))  # tl.dot wants 16 rows at least
+    shape = (heads.n_kv, plan.n_splits, gp)
+    return (torch.empty(shape, dtype=torch.float32, device=device), torch.empty(shape, dtype=torch.float32, device=device),
+            torch.empty((*shape, max(16, p2(heads.head_dim))), dtype=torch.float32, device=device),
+            torch.zeros(heads.n_kv, dtype=torch.int32, device=device))
+
+
+@triton.jit
+def _attend_block(q, kbase, vbase, t0, end, d, dmask, m, l, acc, scale, D: tl.constexpr, BT: tl.constexpr):
+    """One loop step: positions t0 .. t0 + BT - 1 (those before `end`) folded into the running
+    softmax (m, l) and weighted V (acc) of the group's queries q. A block without a valid position
+    leaves them as they are (its scores are -inf; the max it subtracts stays finite)."""
+    t = t0 + tl.arange(0, BT)
+    tmask = t < end
+    kv_mask = tmask[:, None] & dmask[None, :]
+    k = tl.load(kbase + t[:, None] * D + d[None, :], mask=kv_mask, other=0.0)
+    sc = tl.dot(q, tl.trans(k)) * scale
+    sc = tl.where(tmask[None, :], sc, float("-inf"))
+    m_new = tl.maximum(m, tl.max(sc, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no valid position yet: exp(-inf - 0) = 0, not NaN
+    p = tl.exp(sc - m_safe[:, None])
+    alpha = tl.exp(m - m_safe)
+    l = l * alpha + tl.sum(p, axis=1)
+    v = tl.load(vbase + t[:, None] * D + d[None, :], mask=kv_mask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l, acc
+
+
+@triton.jit
+def _load_partial(ptr, mask, other, CG: tl.constexpr):
+    """A load of the splits' partials; CG: through L2 only (another program of this launch wrote them)."""
+    if CG:
+        x = tl.load(ptr, mask=mask, other=other, cache_modifier=".cg")
+    else:
+        x = tl.load(ptr, mask=mask, other=other)
+    return x
+
+
+@triton.jit
+def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                        DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr):
+    """Query head g of KV head h from its first `n_active` splits' partials, CS splits a step:
+    o = sum w acc / sum w l, w = exp(m - max m); splits without a valid position (l = 0) weigh
+    nothing. With CS >= NS one step, as a single tile."""
+    d = tl.arange(0, DP)
+    c = tl.arange(0, CS)
+    tops = tl.full((CS,), float("-inf"), tl.float32)
+    for s0 in range(0, NS, CS):
+        s = s0 + c
+        tops = tl.maximum(tops, _load_partial(m_ptr + (h * NS + s) * GP + g, (s < n_active) & (s < NS), float("-inf"), CG))
+    top = tl.max(tops, axis=0)
+    num = tl.zeros((DP,), tl.float32)
+    dens = tl.zeros((CS,), tl.float32)
+    for s0 in range(0, NS, CS):
+        s = s0 + c
+        smask = (s < n_active) & (s < NS)
+        idx = (h * NS + s) * GP + g
+        m = _load_partial(m_ptr + idx, smask, float("-inf"), CG)
+        l = _load_partial(l_ptr + idx, smask, 0.0, CG)
+        w = tl.where(smask & (l > 0), tl.exp(m - top), 0.0)
+        part = _load_partial(acc_ptr + idx[:, None] * DP + d[None, :], smask[:, None], 0.0, CG)
+        num += tl.sum(part * w[:, None], axis=0)
+        dens += l * w
+    tl.store(o_ptr + (h * G + g) * D + d, (num / tl.sum(dens, axis=0)).to(o_ptr.dtype.element_ty), mask=d < D)
+
+
+@triton.jit
+def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, count_ptr, scale,
+                            G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
+                            SPLIT: tl.constexpr, BT: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr,
+                            SKIP_EMPTY: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr):
+    """Program (KV head h, split s): the group's G query heads against positions [s * SPLIT, ...) of
+    the cache, up to the step's own position; writes the split's running max, sum and weighted V.
+    With COMBINE, the last of the head's splits with a valid position to finish also writes the
+    group's attention output to o_ptr."""
+    pdl_start(PDL)
+    h = tl.program_id(0)
+    s = tl.program_id(1)
+    n_valid = tl.load(pos_ptr) + 1  # the step's key and value were appended at its position
+    start = s * SPLIT
+    end = tl.minimum(start + SPLIT, n_valid)
+    g = tl.arange(0, GP)
+    d = tl.arange(0, DP)
+    dmask = d < D
+    q = tl.load(q_ptr + (h * G + g)[:, None] * D + d[None, :], mask=(g < G)[:, None] & dmask[None, :], other=0.0)
+    m = tl.full((GP,), float("-inf"), tl.float32)
+    l = tl.zeros((GP,), tl.float32)
+    acc = tl.zeros((GP, DP), tl.float32)
+    kbase = kc_ptr + h * L * D
+    vbase = vc_ptr + h * L * D
+    # a fixed trip count (Triton's interpreter, which the CPU tests run, takes no run-time loop bounds)
+    for c in range(0, SPLIT, BT):
+        if SKIP_EMPTY:
+            if start + c < end:
+                m, l, acc = _attend_block(q, kbase, vbase, start + c, end, d, dmask, m, l, acc, scale, D, BT)
+        else:
+            m, l, acc = _attend_block(q, kbase, vbase, start + c, end, d, dmask, m, l, acc, scale, D, BT)
+    idx = (h * NS + s) * GP + g
+    tl.store(m_ptr + idx, m)
+    tl.store(l_ptr + idx, l)
+    tl.store(acc_ptr + idx[:, None] * DP + d[None, :], acc)
+    if COMBINE:
+        if start < n_valid:
+            n_active = (n_valid + SPLIT - 1) // SPLIT
+            done = tl.atomic_add(count_ptr + h, 1, sem="acq_rel")  # orders this program's partials before the count
+            if done == n_active - 1:
+                for g in range(0, G):
+                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G, GP, D, DP, NS, CS, True)
+                tl.atomic_xchg(count_ptr + h, 0)
+
+
+@triton.jit
+def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                              DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr):
+    """Program (query head): the splits' partial softmaxes joined (_combine_query_head), CS splits a
+    step, so the registers a program holds do not grow with the number of splits."""
+    pdl_start(PDL)
+    qh = tl.program_id(0)
+    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, qh // G, qh % G, NS, G, GP, D, DP, NS, CS, False)
+
+
+def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
+              pdl: bool = False) -> None:
+    """out (heads * head_dim,) = softmax(q K^T * scale) V over the cache's positions 0..position, each
+    query head against its group's KV head; k_cache and v_cache (kv heads, cache length, head_dim).
+    Two launches (the splits, their combine), or one with plan.config.combine == "in_split"."""
+    where = "attention"
+    d = heads.head_dim
+    require(where, "q", q, numel=heads.n_heads * d)
+    dev = q.device
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        require(where, name, t, dtype=q.dtype, device=dev)
+        if t.dim() != 3 or t.shape[0] != heads.n_kv or t.shape[2] != d:
+            raise ValueError(f"{where}: {name} must be (kv heads {heads.n_kv}, positions, head_dim {d}), not {tuple(t.shape)}")
+    if plan.n_splits * plan.split < k_cache.shape[1]:
+        raise ValueError(f"{where}: the plan covers {plan.n_splits * plan.split} positions, the cache holds {k_cache.shape[1]}")
+    require(where, "position", position, dtype=(torch.int64, torch.int32), numel=1, device=dev)
+    require(where, "out", out, numel=heads.n_heads * d, dtype=q.dtype, device=dev)
+    m, l, acc, count = scratch
+    gp, dp = m.shape[-1], acc.shape[-1]
+    for name, t, shape in (("scratch max", m, (heads.n_kv, plan.n_splits, gp)), ("scratch sum", l, (heads.n_kv, plan.n_splits, gp)),
+                           ("scratch weighted V", acc, (heads.n_kv, plan.n_splits, gp, dp)), ("scratch counters", count, (heads.n_kv,))):
+        require(where, name, t, shape=shape, device=dev)
+    cfg, group = plan.config, heads.group
+    fused_combine = cfg.combine == "in_split"
+    _attention_split_kernel[(heads.n_kv, plan.n_splits)](
+        q, k_cache, v_cache, position, m, l, acc, out, count, scale, G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1],
+        SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits, CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
+        SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, **launch_options(cfg.warps, pdl, cfg.stages))
+    if not fused_combine:
+        _attention_combine_kernel[(heads.n_heads,)](m, l, acc, out, G=group, GP=gp, D=d, DP=dp, NS=plan.n_splits,
+                                                    CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), PDL=pdl,
+                                                    **launch_options(4, pdl))

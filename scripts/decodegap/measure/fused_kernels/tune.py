@@ -1,0 +1,314 @@
+"""Choosing launch shapes on the GPU at hand, and the pieces benchmarks time kernels with.
+
+`tune_launch_shapes(device, cards, budget_s)` sweeps a few candidate shapes per GEMV role and weight
+format at the cards' shapes, and attention's shapes and levers at the cards' head layouts, each timed
+the way the step runs it: launches captured in a CUDA graph and replayed, cycling over enough copies
+of the weight (or of the layers' caches) that none is read from L2. It returns the fastest as a
+JSON-able dict that `FusedModel(..., gemv_configs=...)` (launch.resolve) takes: the environment stage
+calls it once per GPU type and records the result. On a CPU (Triton's interpreter) it runs the same
+sweep on host time, which says nothing about a GPU: that is for tests.
+
+`RoleBench` (one GEMV role of a card, in one format: inputs, launch, float32 reference, bytes read)
+and `AttentionBench` (one head layout and context: caches per layer, launch, reference, KV bytes) are
+what benchmarks/floor_limit.py times and checks too.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from decodegap.measure.fused_kernels import split_attention as attn
+from decodegap.measure.fused_kernels import gemv
+from decodegap.measure.fused_kernels.launch import FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, sm_count_of
+from decodegap.measure.fused_kernels.ops import dequantize
+
+L2_FLUSH_BYTES = 512 * 2**20  # bytes of weight copies cycled per timing: several times the H200's 60 MB L2
+GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
+    "dense": [(2, 512, 4), (4, 512, 4), (8, 256, 4), (1, 1024, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 8),
+              (2, 512, 4, True), (1, 1024, 4, True)],
+    "fp8": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8), (8, 1024, 8), (2, 1024, 4, True),
+            (4, 1024, 4, True)],
+    "int4": [(4, 1024, 4), (8, 1024, 4), (8, 512, 4), (16, 512, 8), (4, 2048, 4), (8, 2048, 8), (4, 1024, 4, True),
+             (4, 2048, 4, True), (8, 1024, 4, True)],
+}
+# the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
+# shared memory lets them all be resident at once (fused_kernels.ahead: 21-39 KB at 2 stages)
+ATTENTION_CANDIDATES = [AttentionConfig(32, 2, 4, 2, True, "separate")] + [
+    AttentionConfig(block_t, per_sm, warps, stages, False, combine)
+    for block_t, per_sm, warps, stages in ((32, 4, 4, 2), (32, 8, 4, 2), (64, 4, 4, 2), (64, 4, 8, 2), (128, 4, 8, 2),
+                                           (32, 4, 4, 3))
+    for combine in ("separate", "in_split")]
+
+
+def graph_us(launch, n_copies: int, device, reps: int = 3) -> float:
+    """Median microseconds per launch of `launch(i)` over copies i = 0..n_copies-1: on CUDA captured
+    as one graph (several rounds over the copies) and replayed `reps` times, as the step replays its
+    kernels; elsewhere host time per call (the interpreter: a smoke test, no GPU figure)."""
+    if torch.device(device).type != "cuda":
+        t = time.perf_counter()
+        for i in range(n_copies):
+            launch(i)
+        return (time.perf_counter() - t) * 1e6 / n_copies
+    rounds = max(1, 64 // n_copies)
+    for i in range(n_copies):  # compiles and warms outside the capture
+        launch(i)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(rounds):
+            for i in range(n_copies):
+                launch(i)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / (rounds * n_copies))
+    return statistics.median(times)
+
+
+def role_shapes(arch: dict) -> dict:
+    """Role -> (rows of the joined weight, K): the fused step's GEMVs at a card's architecture."""
+    h, i, hq, hkv = arch["hidden_size"], arch["intermediate_size"], arch["num_attention_heads"], arch["num_key_value_heads"]
+    d = arch.get("head_dim") or h // hq
+    return {"qkv": ((hq + 2 * hkv) * d, h), "o": (h, hq * d), "gate_up": (2 * i, h), "down": (h, i), "lm_head": (arch["vocab_size"], h)}
+
+
+def random_operand(fmt: str, n: int, k: int, device, dtype=torch.bfloat16) -> gemv.WeightOperand:
+    """A weight of n x k in `fmt` with random stored values (timing does not depend on them), scaled so
+    outputs stay near 1."""
+    if fmt == "dense":
+        return gemv.WeightOperand("dense", (torch.randn(n, k, device=device) / k**0.5).to(dtype))
+    if fmt == "fp8":
+        return gemv.WeightOperand("fp8", torch.randn(n, k, device=device).to(torch.float8_e4m3fn),
+                                  torch.full((n,), k**-0.5, device=device))
+    words = torch.randint(-2**31, 2**31 - 1, (n, k // 8), device=device, dtype=torch.int32)
+    groups = k // 128
+    return gemv.WeightOperand("int4", words, torch.full((n, groups), 0.25 * k**-0.5, device=device, dtype=torch.bfloat16),
+                              torch.full((n, groups), 8.0, device=device, dtype=torch.bfloat16))
+
+
+def _rms(x, g, eps):
+    """transformers' RMSNorm in the activations' dtype, as float32."""
+    xf = x.float()
+    return (g.float() * (xf * torch.rsqrt(xf.pow(2).mean() + eps)).to(x.dtype).float()).to(x.dtype).float()
+
+
+def _rotate(v, c, s):
+    half = v.shape[-1] // 2
+    return v * c + torch.cat((-v[..., half:], v[..., :half]), -1) * s
+
+
+class RoleBench:
+    """One GEMV role of a card, weights stored as `fmt`: inputs, `copies` weights (enough to cycle
+    past L2 on a GPU), `launch(shape, i)`, `error(shape)` (relative L2 against float32 on the same
+    inputs and dequantized weights, NaN-poisoned outputs) and the bytes a launch must read."""
+
+    def __init__(self, role: str, fmt: str, arch: dict, device, dtype=torch.bfloat16, copies: int | None = None,
+                 qkv_bias: bool = True):
+        self.role, self.fmt, self.device = role, fmt, torch.device(device)
+        hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
+        self.heads = gemv.HeadLayout(hq, hkv, arch.get("head_dim") or arch["hidden_size"] // hq)
+        n, k = self.n, self.k = role_shapes(arch)[role]
+        op0 = random_operand(fmt, n, k, device, dtype)
+        stored = sum(t.numel() * t.element_size() for t in (op0.weight, op0.scale, op0.zero) if t is not None)
+        if copies is None:
+            copies = max(1, -(-L2_FLUSH_BYTES // stored)) if self.device.type == "cuda" else 1
+        self.ops = [op0] + [random_operand(fmt, n, k, device, dtype) for _ in range(copies - 1)]
+        r = lambda *s: torch.randn(*s, device=device).to(dtype)  # noqa: E731
+        self.eps, self.x, self.g = 1e-5, r(k), (1 + torch.randn(k, device=device) / 8).to(dtype)
+        self.bias = r(n) if role == "qkv" and qkv_bias else None  # Qwen2's q/k/v carry biases
+        d = self.heads.head_dim
+        self.cos, self.sin = r(64, d // 2), r(64, d // 2)
+        self.pos = torch.tensor([5], device=device)
+        self.q = torch.empty(hq * d, device=device, dtype=dtype)
+        self.kc, self.vc = (torch.empty(hkv, 64, d, device=device, dtype=dtype) for _ in range(2))
+        self.out = torch.empty(n // 2 if role == "gate_up" else n, device=device, dtype=dtype)
+        self.res = r(n)
+        normed = role in ("qkv", "gate_up", "lm_head")
+        self.bytes = stored + k * 2 + (n * 2 if self.bias is not None else 0) + (k * 2 if normed else 0) + \
+            (n * 2 if role in ("o", "down") else 0)
+
+    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False) -> None:
+        op = self.ops[i]
+        if self.role == "qkv":
+            gemv.qkv_rope(self.x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
+                          k_cache=self.kc, v_cache=self.vc, norm_weight=self.g, eps=self.eps, shape=shape, bias=self.bias, pdl=pdl)
+        elif self.role == "gate_up":
+            gemv.gate_up(self.x, op, self.out, norm_weight=self.g, eps=self.eps, shape=shape, pdl=pdl)
+        elif self.role == "lm_head":
+            gemv.linear(self.x, op, self.out, shape=shape, norm_weight=self.g, eps=self.eps, pdl=pdl)
+        else:
+            gemv.linear(self.x, op, self.out, shape=shape, residual=self.res, pdl=pdl)
+
+    def error(self, shape: GemvConfig) -> float:
+        """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv)."""
+        for t in (self.q, self.kc, self.vc, self.out):
+            t.fill_(float("nan"))
+        self.launch(shape, 0)
+        w = dequantize(self.ops[0])
+        dt = self.x.dtype
+        if self.role == "qkv":
+            hq, hkv, d = self.heads.n_heads, self.heads.n_kv, self.heads.head_dim
+            y = (w @ _rms(self.x, self.g, self.eps) + (self.bias.float() if self.bias is not None else 0)).to(dt).float()
+            c, s = self.cos[5].float().repeat(2), self.sin[5].float().repeat(2)
+            return max(_rel(self.q, _rotate(y[: hq * d].view(hq, d), c, s).reshape(-1)),
+                       _rel(self.kc[:, 5], _rotate(y[hq * d:(hq + hkv) * d].view(hkv, d), c, s)),
+                       _rel(self.vc[:, 5], y[(hq + hkv) * d:].view(hkv, d)))
+        if self.role == "gate_up":
+            y = w @ _rms(self.x, self.g, self.eps)
+            return _rel(self.out, torch.nn.functional.silu(y[: self.n // 2]) * y[self.n // 2:])
+        if self.role == "lm_head":
+            return _rel(self.out, w @ _rms(self.x, self.g, self.eps))
+        return _rel(self.out, self.res.float() + w @ self.x.float())
+
+
+def _rel(got, ref) -> float:
+    if torch.isnan(got).any():
+        return float("nan")
+    return float((got.float() - ref).norm() / ref.norm())
+
+
+class AttentionBench:
+    """Decode attention at one head layout and context: a cache per layer (cycled, as a step reads
+    one layer after another), `launch(plan, i)`, `error(plan)` against float32 and the K/V bytes a
+    call reads; a plan per config from `plan(config)`."""
+
+    def __init__(self, heads: gemv.HeadLayout, ctx: int, layers: int, device, dtype=torch.bfloat16, cache_len: int | None = None):
+        self.heads, self.ctx, self.device = heads, ctx, torch.device(device)
+        self.cache_len = cache_len or ctx + 256  # as a session sizes it: the context and the steps after it
+        shape = (heads.n_kv, self.cache_len, heads.head_dim)
+        self.caches = [(torch.randn(shape, device=device).to(dtype), torch.randn(shape, device=device).to(dtype)) for _ in range(layers)]
+        self.q = torch.randn(heads.n_heads * heads.head_dim, device=device).to(dtype)
+        self.pos = torch.tensor([ctx], device=device)
+        self.out = torch.empty_like(self.q)
+        self.scale = heads.head_dim**-0.5
+        self.bytes = 2 * heads.n_kv * (ctx + 1) * heads.head_dim * self.q.element_size()
+        self._scratch = {}
+
+    def plan(self, config: AttentionConfig) -> attn.AttentionPlan:
+        return attn.AttentionPlan.for_cache(self.cache_len, self.heads.n_kv, config, sm_count_of(self.device))
+
+    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False) -> None:
+        key = (plan.split, plan.n_splits)
+        if key not in self._scratch:
+            self._scratch[key] = attn.attention_scratch(plan, self.heads, self.device)
+        attn.attention(self.q, *self.caches[i], self.pos, self.out, plan=plan, scratch=self._scratch[key], heads=self.heads,
+                       scale=self.scale, pdl=pdl)
+
+    def error(self, plan: attn.AttentionPlan) -> float:
+        self.out.fill_(float("nan"))
+        self.launch(plan, 0)
+        h = self.heads
+        k, v = (t[:, : self.ctx + 1].float() for t in self.caches[0])
+        scores = self.q.float().view(h.n_kv, h.group, h.head_dim) @ k.transpose(1, 2) * self.scale
+        return _rel(self.out, (scores.softmax(-1) @ v).reshape(-1))
+
+    def sdpa(self, i: int) -> torch.Tensor:
+        """SDPA's decode call on the same cache (whichever backend the caller's context allows)."""
+        h, (k, v) = self.heads, self.caches[i]
+        return torch.nn.functional.scaled_dot_product_attention(
+            self.q.view(1, h.n_heads, 1, h.head_dim), k[None, :, : self.ctx + 1], v[None, :, : self.ctx + 1], enable_gqa=True)
+
+
+def _key(config) -> str:
+    """A launch shape as a short JSON key: rows x block_k / warps, or attention's fields."""
+    if isinstance(config, GemvConfig):
+        return f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
+    c = config
+    return f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
+
+
+def _pick(times: dict):
+    """The candidate with the least summed time over the cases every candidate of the best has."""
+    full = max(len(t) for t in times.values())
+    return min((c for c, t in times.items() if len(t) == full), key=lambda c: sum(times[c].values()))
+
+
+def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=FORMATS, ctxs=(2048, 16384),
+                       layers: int | None = None, top: int = 2, gemv_candidates: dict | None = None,
+                       attention_candidates: list | None = None, log=None) -> dict:
+    """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
+    `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
+    `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card,
+    the `top` best per role on the others; every attention candidate (ATTENTION_CANDIDATES, or
+    `attention_candidates`) per head layout at each of `ctxs`, in the cards' layer counts (or
+    `layers`). Each candidate is checked once against float32 (a wrong one is dropped). What the
+    budget left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
+    t0 = time.perf_counter()
+    device = torch.device(device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the interpreter's bf16 arithmetic is wrong
+    say = log or (lambda msg: None)
+    over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
+    timings, skipped = {"gemv": {}, "attention": {}}, []
+    chosen = {}
+    for fi, fmt in enumerate(formats):  # each format its share of the GEMVs' 70 % of the budget
+        per_role = timings["gemv"].setdefault(fmt, {})
+        for ci, arch in enumerate(cards):
+            for role in ROLES:
+                if role == "lm_head" and fmt != "dense":
+                    continue  # the output projection stays bf16 in every path
+                if over(0.7 * (fi + 1) / len(formats)):
+                    skipped.append(f"gemv {fmt} {role} card {ci}")
+                    continue
+                cands = [GemvConfig(*c) for c in (gemv_candidates or GEMV_CANDIDATES)[fmt]]
+                if ci > 0:
+                    first = per_role.get(role, {})
+                    cands = sorted(first, key=lambda c: sum(first[c].values()))[:top]
+                bench = RoleBench(role, fmt, arch, device, dtype)
+                for shape in cands:
+                    try:
+                        if not bench.error(shape) < 5e-2:
+                            say(f"tune: {fmt} {role} {shape}: wrong result, dropped")
+                            continue
+                        us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+                    except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
+                        say(f"tune: {fmt} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                        continue
+                    per_role.setdefault(role, {}).setdefault(shape, {})[ci] = us
+                del bench
+        chosen[fmt] = {role: _pick(t).as_dict() for role, t in per_role.items() if t}
+        say(f"tune: {fmt} GEMVs {chosen[fmt]}")
+    layouts = {}
+    for arch in cards:
+        hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
+        layouts.setdefault((hq, hkv, arch.get("head_dim") or arch["hidden_size"] // hq), layers or arch["num_hidden_layers"])
+    benches = {f"{hq}/{hkv}/{d} ctx {ctx}": AttentionBench(gemv.HeadLayout(hq, hkv, d), ctx, n_layers, device, dtype)
+               for (hq, hkv, d), n_layers in layouts.items() for ctx in ctxs}
+    att_times: dict = {}
+    for cfg in attention_candidates or ATTENTION_CANDIDATES:  # each candidate on every case, until the budget ends
+        if over(0.95):
+            skipped.append(f"attention {_key(cfg)}")
+            continue
+        for case, bench in benches.items():
+            plan = bench.plan(cfg)
+            try:
+                if not bench.error(plan) < 5e-2:
+                    say(f"tune: attention {_key(cfg)} {case}: wrong result, dropped")
+                    break
+                att_times.setdefault(cfg, {})[case] = graph_us(lambda i: bench.launch(plan, i), len(bench.caches), device)
+            except Exception as exc:  # noqa: BLE001
+                say(f"tune: attention {_key(cfg)} {case}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                break
+        if len(att_times.get(cfg, ())) < len(benches):
+            att_times.pop(cfg, None)  # a candidate is judged on every case or not at all
+    del benches
+    timings["attention"] = {_key(c): t for c, t in att_times.items()}
+    out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": False,
+           "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
+           "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
+                                   for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
+           "budget_s": budget_s, "skipped": skipped}
+    if att_times:
+        out["attention"] = _pick(att_times).as_dict()
+        say(f"tune: attention {out['attention']}")
+    out["spent_s"] = round(time.perf_counter() - t0, 2)
+    return out

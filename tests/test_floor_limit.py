@@ -1,0 +1,42 @@
+"""benchmarks/floor_limit.py, the GPU benchmark of the fused step against the memory's limit, in its
+--smoke mode: every part on the CPU under Triton's interpreter (tests/conftest.py switches it on)
+with the tiny cards in float32, so the script the lead runs on the H200 cannot rot unseen. Its
+numbers mean nothing here; what is checked is that every part runs, checks its kernels, and writes
+what the GPU run will write."""
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("triton")
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("floor_limit", REPO / "benchmarks" / "floor_limit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, capsys):
+    rc = _benchmark().main(["--smoke", "--out", str(tmp_path), "--deadline-s", "900", "--tune-budget-s", "60"])
+    out = capsys.readouterr().out
+    got = json.loads((tmp_path / "floor_limit.json").read_text())
+    assert rc == 0 and not got["errors"] and not got["skipped"] and not got["checks_failed"], (got["errors"], out[-3000:])
+    assert all(err < 1e-4 for err in got["checks"].values()) and "attention 6/2/64 masked in-split" in got["checks"]
+    steps = {s["quant"]: s for s in got["steps"]}
+    assert set(steps) == {"bf16", "fp8", "int4-triton", "int4-tinygemm"} and all("device_ms" in s for s in steps.values()), steps
+    for s in steps.values():
+        assert s["check_vs_plain_ops"] < 1e-4 and s["weight_bytes"] > 0 and s["kv_bytes"] == 2 * 2 * 2 * 41 * 64 * 4
+        assert {"gemv_ms", "attention_ms", "rest_ms"} <= set(s) and s["launch_calls"]["attention"] == 2
+    assert steps["fp8"]["weight_bytes"] < steps["bf16"]["weight_bytes"]  # fp8 layers stream a byte a weight (fp32 here: four)
+    assert {r["format"] for r in got["gemv"]} == {"dense", "fp8", "int4"} and all("us" in r for r in got["gemv"])
+    assert {a["layout"] for a in got["attention"]} == {"6/2/64", "4/2/64"}
+    assert all("us" in v for a in got["attention"] for v in a["ours"].values())
+    assert {lv["lever"] for lv in got["levers"]} >= {"table", "tuned"}
+    tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
+    assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
+    assert "== summary" in out and "tuned launch shapes:" in out
