@@ -119,6 +119,7 @@ class Session:
         self.cpu_probe: dict | None = None
         self.gpu_before_timed: dict | None = None
         self.host_before_timed: dict | None = None
+        self.launch_shapes = None  # the fused kernels' shapes the GPU type's environment stage chose (None: its table)
         self.warnings: list[str] = []  # found while measuring; judged ones are added at the end
         self.fallbacks: list[str] = []  # arms whose profiled steps ran another attention kernel than the path's
 
@@ -171,7 +172,7 @@ class Session:
             stored = StoredWeights(0, 0, 0)
         else:
             model = build_model(self.card, self.device, self.attn.attn_implementation, self.seed)
-            self.model, self.from_dense = pack(model, self.weights, self.arm_modes, self.max_cache_len)
+            self.model, self.from_dense = pack(model, self.weights, self.arm_modes, self.max_cache_len, self.launch_shapes)
             if self.device == "cuda":
                 torch.cuda.synchronize()
             stored = self.weights.stored(self.model)
@@ -217,8 +218,12 @@ class Session:
             self.arms.append({"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps,
                               **dec.arm_record()})
             if dec.logit_check is not None:
-                log(f"logit check [{mode}]: relative L2 {dec.logit_check['rel_l2_max']:.2e} against the model, "
-                    f"top-1 {dec.logit_check['top1_agree']}/{dec.logit_check['compared']}")
+                c = dec.logit_check
+                theirs = c.get("transformers_rel_l2_max")
+                log(f"logit check [{mode}]: relative L2 against float32 {c['rel_l2_max']:.2e}"
+                    + (f", transformers' bf16 {theirs:.2e} (ratio {c.get('ratio') or float('nan'):.2f})" if theirs is not None else "")
+                    + f" over {c.get('context', '?')} positions, top-1 {c['top1_agree']}/{c['compared']}: "
+                    + ("agrees" if c["agrees"] else "DISAGREES"))
 
     def time(self) -> None:
         from decodegap.measure.environment import host_snapshot
@@ -393,6 +398,8 @@ def main(argv=None) -> int:
             log(f"error: {problem}")
             return EXIT_BAD_INPUT
     session.seed = args.session if args.seed is None else args.seed
+    if env_record is not None and env_record.get("launch_shapes"):  # chosen on this GPU type by its stage
+        session.launch_shapes = env_record["launch_shapes"]
     session.uuid = gpu_uuid(0) if session.device == "cuda" else None
     session.block_order = ab_block_order(arm_modes, protocol.ab_blocks)
     session.gpu_before_timed = None

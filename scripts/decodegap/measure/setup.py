@@ -388,6 +388,23 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
     return record
 
 
+def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
+    """The fused kernels' launch shapes, chosen on this machine for the cards whose head layouts the
+    stage checks (decodegap.measure.fused_kernels.tune_launch_shapes): its sessions build their fused
+    step with them. None on a CPU or with no budget: the kernels' own table for the GPU type."""
+    if record["device"] != "cuda" or budget_s <= 0:
+        return None
+    from decodegap.core.config import load_models
+    from decodegap.measure.fused_kernels.tune import tune_launch_shapes
+
+    cards = [c.architecture for c in load_models().values() if c.attention_layout in layouts]
+    cards = sorted({c["num_attention_heads"]: c for c in cards}.values(), key=lambda a: a["hidden_size"])  # one card per layout
+    if not cards:
+        return None
+    log(f"fused kernels: choosing launch shapes for {len(cards)} card(s) in about {budget_s:.0f} s")
+    return tune_launch_shapes("cuda", cards, budget_s, log=log)
+
+
 def record_path(out_dir: str | Path, gpu: str, created_utc: str) -> Path:
     """A new record's file: {gpu}@<UTC time>.json beside the GPU type's earlier ones."""
     stamp = created_utc.replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
@@ -431,6 +448,9 @@ def main(argv=None) -> int:
     p.add_argument("--layouts", nargs="+", default=[CHECK_LAYOUT],
                    help="head layouts the configured cards use, query heads/KV heads/head dim (default: %(default)s)")
     p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
+    p.add_argument("--tune-s", type=float, default=60.0,
+                   help="seconds for choosing the fused kernels' launch shapes on this GPU type at the cards' shapes, recorded for its "
+                        "sessions (0: the kernels' own table; a CPU never tunes; default: %(default)s)")
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
 
@@ -442,6 +462,7 @@ def main(argv=None) -> int:
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
         record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec, args.layouts)
+        record["launch_shapes"] = tune_fused(record, args.layouts, args.tune_s)
     except DecodegapError as exc:
         log(f"error: {exc}")
         return EXIT_BAD_INPUT
