@@ -605,12 +605,15 @@ def main(argv=None) -> int:
     copy_Bps = copy_bandwidth_Bps(device.type)
     import triton
 
+    from decodegap.measure.environment import gpu_uuid
+
     env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)",
            "torch": torch.__version__, "triton": triton.__version__, "sm_count": fk.sm_count_of(device),
            "gpu_key": fk.gpu_key_of(device), "copy_Bps": copy_Bps, "datasheet_Bps": gpu.b_peak_Bps if gpu else None,
-           "launch_shapes": fk.resolve(None, device).as_dict(), "argv": sys.argv if argv is None else argv}
+           "launch_shapes": fk.resolve(None, device).as_dict(), "argv": sys.argv if argv is None else argv,
+           "gpu_uuid": gpu_uuid(0) if device.type == "cuda" else None}  # the machine: calls on a lent GPU land on different ones
     run.results["environment"] = env
-    run.say(f"on {env['device']} (torch {env['torch']}, Triton {env['triton']}, {env['sm_count']} SMs, table "
+    run.say(f"on {env['device']} {env['gpu_uuid'] or ''} (torch {env['torch']}, Triton {env['triton']}, {env['sm_count']} SMs, table "
             f"'{env['gpu_key']}'); device copy {copy_Bps / 1e9:.0f} GB/s" + (f", datasheet {gpu.b_peak_Bps / 1e12:.1f} TB/s" if gpu else ""))
     lever_models = a.lever_models or a.models[:1]
     model_parts = a.models[:1] if a.smoke else a.models  # the interpreter costs a tenth of a second a launch: one card

@@ -195,7 +195,7 @@ def test_add_norm_adds_the_residual_and_normalises_for_the_next_layer(gen):
 
 def test_the_attention_plan_follows_the_multiprocessors():
     """Splits of whole loop steps covering the cache, about programs_per_sm x SMs programs over the KV
-    heads (fewer where a split would be shorter than a loop step); the H200's entry gives the plan its sessions ran (264 programs: two per multiprocessor)."""
+    heads (fewer where a split would be shorter than a loop step); the H200's entry as tuned there (four programs per multiprocessor)."""
     for config in (fk.LAUNCH_SHAPES["h200"].attention, fk.LAUNCH_SHAPES["default"].attention):
         for sms in (132, 78):
             for length in (2048 + 200, 16384 + 200):
@@ -205,7 +205,7 @@ def test_the_attention_plan_follows_the_multiprocessors():
                     assert plan.split % config.block_t == 0 and plan.n_splits * plan.split >= length > (plan.n_splits - 1) * plan.split
                     assert plan.n_splits * hkv <= target * 1.5
                     assert plan.n_splits * hkv >= target / 2 or plan.split == config.block_t  # a split is one loop step at least
-    assert fk.AttentionPlan.for_cache(16584, 4, fk.LAUNCH_SHAPES["h200"].attention, 132).split == 256  # as measured: 65 splits of 256
+    assert fk.AttentionPlan.for_cache(16584, 4, fk.LAUNCH_SHAPES["h200"].attention, 132).split == 128  # 130 splits of 128 over 4 KV heads
     assert fk.sm_count_of("cpu") == 132
 
 

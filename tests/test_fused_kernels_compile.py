@@ -34,7 +34,8 @@ def _check(proc, rows):
     assert any(op.startswith("LDG.E.EF.128") for op in o["loads"]), o  # the weights stream in 128-bit loads, evict-first
     assert by[("qwen2.5-7b dense o pdl", "_linear_kernel")]["options"].get("launch_pdl") is True
     masked = by[("qwen2.5-7b attention ctx 16384 masked", "_attention_split_kernel")]["loads"]
-    skipping = by[("qwen2.5-7b attention ctx 16384 table", "_attention_split_kernel")]["loads"]
+    skipping = by[("qwen2.5-7b attention ctx 16384 skipping", "_attention_split_kernel")]["loads"]
+    assert by[("qwen2.5-7b attention ctx 16384 masked in-split", "_attention_split_kernel")]  # the lever compiles for sm_90
     assert any(op.startswith("LDGSTS") for op in masked) and not any(op.startswith("LDGSTS") for op in skipping)
 
 

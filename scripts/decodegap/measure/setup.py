@@ -389,13 +389,18 @@ def build_record(gpu_key: str, attn: list[str], quant: list[str], cache_dir: str
 
 
 def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
-    """The fused kernels' launch shapes, chosen on this machine for the cards whose head layouts the
-    stage checks (decodegap.measure.fused_kernels.tune_launch_shapes): its sessions build their fused
-    step with them. None on a CPU or with no budget: the kernels' own table for the GPU type."""
-    if record["device"] != "cuda" or budget_s <= 0:
+    """The fused kernels' launch shapes for this GPU type, which its sessions build their fused step
+    with: chosen on this machine for the cards whose head layouts the stage checks
+    (decodegap.measure.fused_kernels.tune_launch_shapes), or, with no budget, the kernels' table
+    entry for this GPU type (its attention split from this device's multiprocessors). None on a CPU."""
+    if record["device"] != "cuda":
         return None
     from decodegap.core.config import load_models
+    from decodegap.measure.fused_kernels import resolve
     from decodegap.measure.fused_kernels.tune import tune_launch_shapes
+
+    if budget_s <= 0:
+        return resolve(None, "cuda").as_dict()
 
     cards = [c.architecture for c in load_models().values() if c.attention_layout in layouts]
     cards = sorted({c["num_attention_heads"]: c for c in cards}.values(), key=lambda a: a["hidden_size"])  # one card per layout

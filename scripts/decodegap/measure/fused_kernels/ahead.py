@@ -109,10 +109,11 @@ def cases(quick: bool) -> dict:
                             RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(sh, 0, pdl=pdl))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
         attention = {"table": table.attention, "masked": dataclasses.replace(table.attention, skip_empty=False),
+                     "skipping": dataclasses.replace(table.attention, skip_empty=True),
                      "masked in-split": dataclasses.replace(table.attention, skip_empty=False, combine="in_split"),
                      "default": fk.LAUNCH_SHAPES["default"].attention, "bt128 w8": fk.AttentionConfig(128, 4, 8, 2, False)}
         for ctx in (2048, 16384):
-            for name, cfg in list(attention.items())[:2 if quick else None]:
+            for name, cfg in list(attention.items())[:4 if quick else None]:
                 for pdl in (False, True) if name == "table" else (False,):
                     out[f"{key} attention ctx {ctx} {name}{' pdl' if pdl else ''}"] = (
                         lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl:

@@ -111,28 +111,25 @@ def _gemv_table(table: dict) -> dict:
     return {role: GemvConfig(*shape) for role, shape in table.items()}
 
 
-# Dense (bf16) shapes chosen on the H200 (GPU-5872d8e9, 2026-12-01) by `benchmarks/fused_kernels.py
-# --json`: each role's least summed time over Qwen-2.5-7B's and Llama-3.1-8B's shapes, of 12
-# candidates (graph-replayed launches, weights cycled past L2); attention as those sessions ran it
-# (32 positions a step, 2 programs per multiprocessor, the branch that skips empty blocks). The fp8
-# and int4 shapes are first guesses, not yet measured: an fp8 row is half a bf16 row's bytes and an
-# int4 row a quarter, so a program takes more columns per step to keep as many bytes in flight;
-# benchmarks/floor_limit.py prints measured ones (tune_launch_shapes).
-_H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (8, 256, 4), "down": (2, 512, 4), "lm_head": (4, 512, 4)}
-# o and down (no norm prologue) load x as a tile: compiled for sm_90 that drops the shared-memory
-# barriers of x's relayout from their loops at no extra arithmetic (cuobjdump of the cubins); the
-# normalising roles would recompute the norm per tile element, so they keep the vector.
-_FP8_GUESS = {"qkv": (4, 1024, 4), "o": (2, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (2, 1024, 4, True)}
-_INT4_GUESS = {"qkv": (4, 1024, 4), "o": (4, 1024, 4, True), "gate_up": (4, 1024, 4), "down": (4, 2048, 4, True)}
+# Chosen on the H200 by tune_launch_shapes (benchmarks/floor_limit.py on 2026-12-01, code 464a612;
+# results/benchmarks/floor_limit_h200.txt): each role's least time over
+# Qwen-2.5-7B's, Mistral-7B-v0.3's and Llama-3.1-8B's shapes, graph-replayed launches cycling past
+# L2. With them the bf16 Qwen step at ctx 2048 took 3.91 ms against 4.79 ms with the shapes before
+# (gate_up was (8, 256, 4)); fp8 and int4 rows hold half and a quarter of a bf16 row's bytes, so they
+# take more columns per loop step. x_tile (o and down: no norm prologue) loads x in the weight tile's
+# shape, which drops a shared-memory barrier per loop step on sm_90.
+_H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "down": (2, 512, 4, True), "lm_head": (4, 512, 4)}
+_H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
+_H200_INT4 = {"qkv": (4, 1024, 4), "o": (4, 2048, 4, True), "gate_up": (8, 1024, 4), "down": (4, 2048, 4, True)}
 
 LAUNCH_SHAPES = {
-    "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_FP8_GUESS), "int4": _gemv_table(_INT4_GUESS)},
-                         attention=AttentionConfig(block_t=32, programs_per_sm=2, warps=4, stages=2, skip_empty=True,
+    "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
+                         attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
-                         pdl=False, source="LAUNCH_SHAPES['h200']: dense measured on the H200 2026-12-01; fp8 and int4 guessed"),
+                         pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)"),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
-    "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_FP8_GUESS), "int4": _gemv_table(_INT4_GUESS)},
+    "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                             attention=AttentionConfig(block_t=64, programs_per_sm=4, warps=4, stages=2, skip_empty=False,
                                                       combine="separate"),
                             pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type"),

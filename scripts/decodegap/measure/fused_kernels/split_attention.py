@@ -175,8 +175,8 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
             n_active = (n_valid + SPLIT - 1) // SPLIT
             done = tl.atomic_add(count_ptr + h, 1, sem="acq_rel")  # orders this program's partials before the count
             if done == n_active - 1:
-                for g in range(0, G):
-                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G, GP, D, DP, NS, CS, True)
+                for gi in range(0, G):  # not `g`: that name holds the group's arange above (Triton keeps one type a name)
+                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, gi, n_active, G, GP, D, DP, NS, CS, True)
                 tl.atomic_xchg(count_ptr + h, 0)
 
 
