@@ -427,10 +427,13 @@ def code(raw_dirs: list[str]) -> int:
             return 2
         unknown = sorted(c for c in g["commits"] if git(REPO_ROOT, "cat-file", "-e", f"{c}^{{commit}}") is None)
         unmatched += bool(unknown) or not found
+        misnamed = sorted(c for c in g["commits"] if c not in unknown and git(REPO_ROOT, "rev-parse", c) not in found)
         first = ", ".join(f[:10] for f in found[-1:]) + (f" (+{len(found) - 1} later commits with the same sources)" if len(found) > 1 else "")
         print(f"sources {sha[:16]}...  {g['n']} sessions; record says {', '.join(sorted(g['claimed']))}; "
               f"sources first committed in: {first if found else 'NO COMMIT'}"
-              + (f"; UNKNOWN COMMIT {', '.join(unknown)} (not in this repository's history)" if unknown else ""))
+              + (f"; UNKNOWN COMMIT {', '.join(unknown)} (not in this repository's history)" if unknown else "")
+              + (f"; the commit named, {', '.join(c[:10] for c in misnamed)}, does not hold these sources: the sessions ran the "
+                 "code of the commit found (a dirty tree, or a commit taken from another checkout)" if misnamed and found else ""))
     return 1 if unmatched else 0
 
 
