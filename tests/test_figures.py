@@ -254,7 +254,7 @@ def test_every_mode_and_path_has_its_own_style():
     from decodegap.core.cells import LAYER_ARMS, MODE_NAMES
     from decodegap.core.registry import unit_names
 
-    for kind, names in (("mode", [*MODE_NAMES, *LAYER_ARMS]), ("weights", [*unit_names("weights"), "fp8", "int4-triton"]),
+    for kind, names in (("mode", [*MODE_NAMES, *LAYER_ARMS]), ("weights", list(dict.fromkeys([*unit_names("weights"), "fp8", "int4-triton"]))),
                         ("attention", list(unit_names("attention")))):
         styles = {n: S.style_of(kind, n) for n in names}
         assert len({s.color for s in styles.values()}) == len(names), f"two {kind} share a colour: {styles}"

@@ -50,11 +50,17 @@ def test_the_floor_table_gives_each_lever_against_graphed_and_bf16(tmp_path):
     int4 = "h200/qwen2.5-7b/ctx2048/sdpa_int4-tinygemm_ab-graphed-compiled"
     assert numbers[f"floor/over_bf16_graphed/{int4}/compiled/completed"]["value"] == pytest.approx(
         bf16_graphed / stats[2]["arms"]["compiled"]["median_ms"])
-    assert r"\texttt{int4-tinygemm} & fused & \multicolumn{7}{l}{cannot run\textsuperscript{a}}" in tex
+    assert r"\texttt{int4-tinygemm} & fused & \multicolumn{9}{l}{cannot run\textsuperscript{a}}" in tex
     assert "int4-tinygemm fused: not possible: the fused step" in tex
     # every kind of number recomputes from its raw sessions
+    # the bytes a step streams over the step, and that against the session's copy bandwidth
+    a = stats[1]["arms"]["fused"]
+    streamed = (a["weight_bytes_no_embedding"] + a["kv_bytes"]) / (a["median_ms"] / 1e3)
+    assert numbers[f"floor/streamed_TBps/{cid}/fused/completed"]["value"] == pytest.approx(streamed * 1e-12)
+    assert numbers[f"floor/streamed_over_copy/{cid}/fused/completed"]["value"] == pytest.approx(100 * streamed / a["copy_bandwidth_Bps"])
     for key in (f"floor/over_bf16_graphed/{cid}/fused/completed", f"floor/speedup/{cid}/completed",
-                f"floor/kernels_per_step/{cid}/fused/completed", f"floor/ms_per_step/{int4}/compiled/completed"):
+                f"floor/kernels_per_step/{cid}/fused/completed", f"floor/ms_per_step/{int4}/compiled/completed",
+                f"floor/streamed_TBps/{cid}/fused/completed", f"floor/streamed_over_copy/{cid}/fused/completed"):
         value, text = provenance.recompute(numbers[key])
         assert value == pytest.approx(numbers[key]["value"]) and text == numbers[key]["text"], key
 
@@ -83,3 +89,40 @@ def test_a_path_that_does_not_compose_is_a_config_error_naming_the_key():
     config["floor"] = {**config["floor"], "gpus": ["h200"], "quant": ["gemlite"]}
     with pytest.raises(ConfigError, match=r"floor.*quant.*gemlite"):
         validate_config(config)
+
+
+def test_the_gap_table_takes_the_fused_step_apart_and_a_cell_of_two_code_versions_says_so(tmp_path):
+    """GEMV and attention kernels (from the profiler pass) beside the same bytes at the copy
+    bandwidth, the other kernels, the step outside the GPU's busy time; each recomputable. A cell
+    whose sessions ran two versions of the measured code says what each gave, in the floor table."""
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import provenance, synthetic, tables
+
+    gpus = {k: vars(v) for k, v in load_gpus().items()}
+    cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="ab-graphed-fused")
+    records = [synthetic.record(cell, s, 64, np.random.default_rng(s), base_ms=8.0) for s in range(3)]
+    for rec in records:
+        fused = rec["arms"][1]["anatomy"]
+        fused["kernels"] = [{"name": "_gate_up_kernel", "calls_per_step": 28.0, "ms_per_step": 2.0},
+                            {"name": "_linear_kernel", "calls_per_step": 57.0, "ms_per_step": 1.5},
+                            {"name": "_attention_split_kernel", "calls_per_step": 28.0, "ms_per_step": 0.2},
+                            {"name": "void at::native::reduce_kernel<argmax>", "calls_per_step": 1.0, "ms_per_step": 0.01}]
+    records[2]["code"]["sources_sha256"] = "1" * 64  # a session of newer kernels
+    stats_file = fixture_cell_stats(tmp_path, cell, records)
+    tables.gap_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "g.tex", tmp_path / "g.json")
+    numbers = json.loads((tmp_path / "g.json").read_text())
+    a = json.loads(stats_file.read_text())["completed"]["arms"]["fused"]
+    cid = "h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused"
+    assert numbers[f"gap/gemv_ms/{cid}/completed"]["value"] == pytest.approx(3.5)
+    assert numbers[f"gap/attention_ms/{cid}/completed"]["value"] == pytest.approx(0.2)
+    assert numbers[f"gap/gemv_at_copy_ms/{cid}/completed"]["value"] == pytest.approx(a["weight_bytes_no_embedding"] / a["copy_bandwidth_Bps"] * 1e3)
+    busy = a["anatomy"]["gpu_busy_ms_per_step"]
+    assert numbers[f"gap/other_ms/{cid}/completed"]["value"] == pytest.approx(busy - 3.7)
+    assert numbers[f"gap/outside_ms/{cid}/completed"]["value"] == pytest.approx(a["median_ms"] - busy)
+    for key in (f"gap/gemv_ms/{cid}/completed", f"gap/outside_ms/{cid}/completed", f"gap/gemv_at_copy_ms/{cid}/completed"):
+        value, text = provenance.recompute(numbers[key])
+        assert text == numbers[key]["text"], key
+    tables.floor_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "f.tex", tmp_path / "f.json")
+    tex = (tmp_path / "f.tex").read_text()
+    assert "bf16 fused, sessions of 2 versions of the measured code (sources hash): 00000000" in tex and "11111111" in tex

@@ -129,11 +129,16 @@ TABLES = [
         "busy time per step, compile seconds, the paired speedup over the session's graphed arm and the speedup over the "
         "bf16 graphed step."),
         draw=lambda j: _tables().floor_table(j.stats, j.cells, j.gpus, j.models, *j.out)),
+    Artifact("gap", "table", "floor", caption=(
+        "Where the fused step's time goes, per cell: its GEMVs and attention beside the same bytes at the device copy bandwidth "
+        "measured in the same sessions, the other kernels, and the step outside the GPU's busy time (the sessions' untimed "
+        "profiler pass)."),
+        draw=lambda j: _tables().gap_table(j.stats, j.cells, j.gpus, j.models, *j.out)),
 ]
 
 FIGURES = [
     Artifact("ladder", "figure", "headline", reference=True, caption=(
-        "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth, one colour and marker per decode mode (filled: measured, a cross beside it: one machine, no interval; hollow: published)."),
+        "The inverted ladder: fraction of the analytic memory floor reached, against datasheet bandwidth, one colour and marker per decode mode (the fused step of each 8- and 4-bit weight path: the fused colour, the path's marker; filled: measured, a cross beside it: one machine, no interval; hollow: published)."),
         draw=lambda j: _figures().ladder(j.stats, j.reference, j.gpus, j.headline["headline_model"], j.headline["headline_ctx"], j.out)),
     Artifact("context", "figure", "matrix", caption=(
         "Step time against context length per GPU and model, one colour per decode mode (median of completed sessions and 95 % interval over machines; an interval wider than the axis ends in an arrowhead at its edge, its ends in the matrix tables; a cross beside a point: one machine or session, no interval)."),
@@ -145,7 +150,7 @@ FIGURES = [
         "Host speed against step time, one panel per A/B cell: each point is one block of an A/B session, its median ms/step against the host core's speed beside it (the CPU probe around its steps; higher: slower core). The launch-bound op-by-op arms (eager, static) follow the host; the graphed arm does not."),
         draw=lambda j: _figures().host(j.stats, j.gpus, j.models, j.out)),
     Artifact("anatomy", "figure", "anatomy", caption=(
-        "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (ticks in the modes' colours: the graphed step, solid; the compiled and fused steps, dashed and dotted)."),
+        "The anatomy of a decode step: floor, kernel inefficiency, graph gaps, launch tax and cache and framework cost, stacked to the eager step (ticks in the modes' colours: the graphed step, solid; the compiled and fused steps, dashed and dotted; markers on a bar: the fused step with each 8- and 4-bit weight path)."),
         draw=lambda j: _figures().anatomy(j.stats, j.gpus, j.models, j.out)),
     Artifact("deployment", "figure", "matrix+ab", reference=True, caption=(
         "Latency against cost per token at batch 1, one point per GPU, mode and weight path (colour: decode mode, grey where the paper does not state it; marker: weight path; filled: measured; hollow: the paper's published step times at the same prices; grey lines: each GPU's price)."),

@@ -14,6 +14,7 @@ label, keep their math. Glyphs DejaVu Sans lacks (emoji, CJK) come from style.FA
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import matplotlib
@@ -80,20 +81,24 @@ def ladder(stats_files, reference: list[dict], gpus: dict, headline_model: str, 
     S.setup()
     df = _best_scope(_measured_arms(load_stats(stats_files)))
     if not df.empty:
-        # a plain-mode cell's arm, and the compiled and fused arms of the floor experiment's A/B cells (bf16)
-        beyond = df["arm"].isin(list(BEYOND_LINES)) & (df["quant"] == "bf16")
+        # a plain-mode cell's arm, and the compiled and fused arms of the floor experiment's A/B cells
+        # (every weight path: the mode's colour, the path's marker beyond bf16)
+        beyond = df["arm"].isin(list(BEYOND_LINES))
         df = df[(df["model"] == headline_model) & (df["ctx"] == headline_ctx) & ((df["mode"] == df["arm"]) | beyond)]
     fig, ax = plt.subplots(figsize=(5.4, 4.3), layout="constrained")
     handles, flagged_any = [], False
     for arm in S.ordered("mode", df["arm"] if not df.empty else []):
-        st = S.mode_style(arm)
-        for _, r in df[df["arm"] == arm].iterrows():
-            ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], s=S.area(st), zorder=4,
-                       gid=S.gid("mode", arm), **S.filled(st))
-            if r["no_ci"]:
-                _cross(ax, r["b_peak_Bps"] / 1e9, r["r_floor"])
-                flagged_any = True
-        handles.append(S.handle(st, label=f"{st.label}, measured"))
+        for quant in S.ordered("weights", df.loc[df["arm"] == arm, "quant"]):
+            st = S.mode_style(arm)
+            if quant != "bf16":
+                st = dataclasses.replace(st, marker=S.weight_style(quant).marker, label=f"{st.label}, {quant}")
+            for _, r in df[(df["arm"] == arm) & (df["quant"] == quant)].iterrows():
+                ax.scatter(r["b_peak_Bps"] / 1e9, r["r_floor"], s=S.area(st), zorder=4,
+                           gid=S.gid("mode", arm), **S.filled(st))
+                if r["no_ci"]:
+                    _cross(ax, r["b_peak_Bps"] / 1e9, r["r_floor"])
+                    flagged_any = True
+            handles.append(S.handle(st, label=f"{st.label}, measured"))
     published = [f for f in reference if f["quantity"] == "r_floor" and f.get("gpu") in gpus
                  and f.get("model") in (None, headline_model) and f.get("ctx") in (None, headline_ctx)]
     for f in published:
@@ -323,6 +328,12 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
 
     S.setup()
     rows = anatomy_rows(load_stats(stats_files))
+    # bars for bf16; another weight path's fused step is a marker on the bf16 bar of its GPU, model and context
+    packed = {}
+    for r in rows:
+        if r["quant"] != "bf16" and r.get("fused_ms") is not None:
+            packed.setdefault((r["gpu"], r["model"], r["ctx"]), {})[r["quant"]] = r["fused_ms"]
+    rows = [r for r in rows if r["quant"] == "bf16"]
     gpu_keys = list(dict.fromkeys(r["gpu"] for r in rows))
     most = max((sum(r["gpu"] == g for r in rows) for g in gpu_keys), default=1)
     width = min(S.MAX_SIDE_IN / 2, max(4.6, 0.36 * most + 1.2))
@@ -358,6 +369,12 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
                     ax.plot([xi - 0.42, xi + 0.42], [r[f"{mode}_ms"]] * 2, color=st.color, lw=2.0, ls=st.linestyle,
                             solid_capstyle="butt", zorder=4, gid=S.gid("mode", mode))
                     ticks_seen.append(mode)
+            here = packed.get((r["gpu"], r["model"], r["ctx"]), {})
+            for i, quant in enumerate(S.ordered("weights", here)):  # side by side across the bar, in the paths' order
+                ms, st = here[quant], S.weight_style(quant)
+                ax.scatter([xi + 0.24 * (i - (len(here) - 1) / 2)], [ms], marker=st.marker, s=26, color=S.mode_style("fused").color, edgecolors="white", linewidths=0.5,
+                           zorder=5, gid=S.gid("weights", quant))
+                ticks_seen.append(f"fused:{quant}")
         ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(xs))
         ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([S.plain(r["ctx"]) for r in mine]))
         ax.tick_params(axis="x", labelsize=6.5, pad=1)
@@ -377,7 +394,9 @@ def anatomy(stats_files, gpus: dict, models: dict, outputs) -> None:
     S.outer_labels(fig, axes, None, "ms per step")
     handles = [S.patch(ANATOMY_COLORS[p], label) for p, label in ANATOMY_PARTS]
     handles += [Line2D([], [], color=S.mode_style(m).color, lw=2.0, ls=S.mode_style(m).linestyle, label=f"{m} step")
-                for m in S.ordered("mode", ticks_seen)]
+                for m in S.ordered("mode", [t for t in ticks_seen if ":" not in t])]
+    handles += [Line2D([], [], color=S.mode_style("fused").color, marker=S.weight_style(q).marker, ls="none", label=f"fused step, {q}")
+                for q in S.ordered("weights", [t.split(":", 1)[1] for t in ticks_seen if t.startswith("fused:")])]
     S.legend_below(fig, handles, ncol=4)
     save(fig, outputs)
 

@@ -56,7 +56,8 @@ SECTIONS = [
     ("The published figures against ours",
      "Every figure of the paper that a cell of ours can reproduce, and where it cannot, why.", ["published"], []),
     ("Beyond the paper: closing the gap to the floor",
-     "A compiled step and decodegap's own fused step against the graphed one, per weight path.", ["floor"], []),
+     "A compiled step and decodegap's own fused step against the graphed one, per weight path; then where the fused step's "
+     "remaining time goes.", ["floor", "gap"], []),
     ("Beyond the paper: the anatomy of a step",
      "Where each millisecond of a step goes, from the memory floor to the framework's cost.", ["anatomy"], ["anatomy"]),
     ("Beyond the paper: the host as an axis",

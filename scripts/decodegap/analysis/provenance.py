@@ -151,8 +151,14 @@ def extract(stats: dict, entry: dict) -> float | None:
         from decodegap.analysis.hostmodel import proportional_speedup
 
         return proportional_speedup(scope["arms"][arm]["host_model"], entry["gpu_bound_ms"])
-    if q in ("r_floor_no_embedding", "r_ceiling") and arm:
+    if q in ("r_floor_no_embedding", "r_ceiling", "streamed_Bps", "streamed_over_copy") and arm:
         return scope["arms"][arm][q]
+    if q.startswith("gap:") and arm:  # the fused step's parts (decodegap.analysis.tables_gap.gap_parts)
+        from decodegap.analysis.tables_gap import gap_parts
+
+        return gap_parts(scope["arms"][arm])[q.split(":", 1)[1]]
+    if q.startswith("kernel_ms:") and arm:  # kernel_ms:<gemv|attention>: the profiler pass's kernels by class
+        return ((scope["arms"][arm]["anatomy"] or {}).get("kernel_ms_per_step") or {}).get(q.split(":", 1)[1])
     if q.startswith("variance:"):  # variance components of an arm, or of the speedup's log ratios
         target = scope["speedup"] if entry.get("arm") is None else scope["arms"][arm]
         return target["variance"][q.split(":", 1)[1]]

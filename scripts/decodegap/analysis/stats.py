@@ -119,6 +119,14 @@ def arm_stats(sessions: pd.DataFrame, steps: pd.DataFrame, arm: str, gpu: dict, 
         tokens_per_s=1e3 / out["median_ms"],
         cost_usd_per_mtok=cost_per_mtok(price, out["median_ms"]) if price else None,
         sessions=sorted(int(s) for s in sel["session"].unique()),
+        # the bytes a step streams: every weight as stored but the input embedding (one row of it is
+        # read), and the KV cache; over the step, the bandwidth it achieves
+        streamed_bytes=int(w_noemb) + int(k),
+        streamed_Bps=(int(w_noemb) + int(k)) / (out["median_ms"] / 1e3),
+        streamed_Bps_ci=[(int(w_noemb) + int(k)) / (out["ci_high_ms"] / 1e3), (int(w_noemb) + int(k)) / (out["ci_low_ms"] / 1e3)]
+        if out["ci_low_ms"] else None,
+        streamed_over_copy=(int(w_noemb) + int(k)) / (out["median_ms"] / 1e3) / copy_Bps if copy_Bps > 0 else None,
+        session_ms={str(sid): float(np.median(x)) for sid, x in zip(ids, by_session)},
         anatomy=arm_anatomy(sessions[sessions["arm"] == arm]),
     )
     arm_rows = sessions[sessions["arm"] == arm]
@@ -169,8 +177,32 @@ def arm_anatomy(rows: pd.DataFrame, top: int = 8) -> dict | None:
           "cpu_self_ms_per_step": float(np.median([o["cpu_self_ms_per_step"] for o in v]))} for name, v in ops.items()),
         key=lambda o: -o["cpu_total_ms_per_step"])[:top]
     busy = rows["gpu_busy_ms_per_step"].dropna()
+    classes = [kernel_classes(json.loads(text)) for text in rows["kernels_json"].dropna()]
     return {"n_sessions": int(rows["session"].nunique()), "kernels_per_step": float(rows["kernels_per_step"].median()),
-            "gpu_busy_ms_per_step": float(busy.median()) if len(busy) else None, "host_ops": host_ops}
+            "gpu_busy_ms_per_step": float(busy.median()) if len(busy) else None, "host_ops": host_ops,
+            "kernel_ms_per_step": {c: float(np.median([k[c] for k in classes])) for c in KERNEL_CLASSES} if classes else None}
+
+
+# A step's kernels by what they do, from their names (the fused step's Triton kernels; cuBLAS's,
+# tinygemm's, Marlin's GEMVs; SDPA's, FlashAttention's, FlashInfer's attention). The profiler pass
+# lists the kernels with the most time: a step whose small kernels fall off that list counts them
+# in neither (the gap table takes "other kernels" as busy time less GEMVs and attention).
+KERNEL_CLASSES = ("gemv", "attention")
+_CLASS_PATTERNS = {"attention": r"attention|attn|flash|fmha|sdpa|cudnn|flashinfer",
+                   "gemv": r"_linear_kernel|_gate_up_kernel|_qkv_rope_kernel|gemv|gemm|nvjet|int4pack|marlin|splitkreduce|gemlite"}
+
+
+def kernel_classes(kernels: list[dict]) -> dict[str, float]:
+    """ms per step of a session's listed kernels by class (decodegap.measure.anatomy's top kernels)."""
+    import re
+
+    out = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    for k in kernels:
+        for cls in ("attention", "gemv"):  # attention first: a flash kernel's name may hold "gemm"
+            if re.search(_CLASS_PATTERNS[cls], k["name"], re.IGNORECASE):
+                out[cls] += float(k["ms_per_step"])
+                break
+    return out
 
 
 def _session_list(sessions: pd.DataFrame) -> list[dict]:
@@ -178,7 +210,7 @@ def _session_list(sessions: pd.DataFrame) -> list[dict]:
         return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
 
     firsts = sessions.sort_values(["session", "arm"]).groupby("session", observed=True).first().reset_index()
-    fields = ("status", "reasons", "raw_path", "raw_sha256", "gpu_name", "driver", "torch", "transformers", "code_commit", "started_utc",
+    fields = ("status", "reasons", "raw_path", "raw_sha256", "gpu_name", "driver", "torch", "transformers", "code_commit", "sources_sha256", "started_utc",
               "environment_record", "environment_sha256")
     out = []
     for r in firsts.to_dict("records"):

@@ -157,11 +157,13 @@ def quant_numbers(quant: dict, bf16: dict, arm: str) -> dict:
     """A weight path against bf16 in one arm (cell statistics of the same GPU, model, ctx, attention
     path and mode): the speedup (ratio of the two cells' medians: separate sessions, so no paired
     interval), the ideal speedup if the step were its traffic, (W_bf16 + K) / (W_q + K), and the
-    share of that ideal the kernel realises."""
+    gain realised, (speedup - 1) / (ideal - 1): the share of the ideal's gain the path delivers, 0
+    when it gains nothing, negative when it is slower than bf16 (speedup / ideal would call a path
+    that loses time "realised 0.36")."""
     q, b = quant["completed"]["arms"][arm], bf16["completed"]["arms"][arm]
     speedup = b["median_ms"] / q["median_ms"]
     ideal = (b["weight_bytes"] + b["kv_bytes"]) / (q["weight_bytes"] + q["kv_bytes"])
-    return {"speedup_over_bf16": speedup, "ideal_speedup": ideal, "realised": speedup / ideal}
+    return {"speedup_over_bf16": speedup, "ideal_speedup": ideal, "gain_realised": (speedup - 1) / (ideal - 1) if ideal != 1 else None}
 
 
 def _paper_quant(reference: list[dict], gpus: dict) -> dict[str, str]:
@@ -175,7 +177,7 @@ def _paper_quant(reference: list[dict], gpus: dict) -> dict[str, str]:
 
 def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
     """The weight-path matrix: ms per step per path (static and graphed), the bytes each stores, its
-    graphed speedup over bf16 beside the ideal (W_bf16 + K) / (W_q + K) and the share realised, the
+    graphed speedup over bf16 beside the ideal (W_bf16 + K) / (W_q + K) and the gain realised, the
     paper's L4 figure. A path that cannot run has its reason."""
     stats = {_cell_id(s["cell"]): s for s in load_stats(stats_files)}
     log = NumberLog("quantization")
@@ -210,7 +212,7 @@ def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict
                 graphed=Markup(f"{log.num(f'ms_per_step/{cid}/graphed/{scope}', g['median_ms'], 2, quantity='ms_per_step', arm='graphed', **meta)}{few}"),
                 w_gb=fmt(g["weight_bytes"] / 1e9, 2),
                 r_floor=log.num(f"r_floor/{cid}/graphed/{scope}", g["r_floor"], 2, quantity="r_floor", arm="graphed", **meta),
-                speedup_over_bf16="--", ideal_speedup="--", realised="--")
+                speedup_over_bf16="--", ideal_speedup="--", gain_realised="--")
             if base_ok and c["quant"] != "bf16":
                 inputs = {"quant": meta, "bf16": {"cell": base["cell"], "scope": scope, "stats_file": base["_file"]}}
                 for name, value in quant_numbers(s, base, "graphed").items():
@@ -224,6 +226,24 @@ def quantization_table(stats_files, plan_cells: list[dict], reference: list[dict
 
 
 BEYOND_ARMS = ("graphed", "compiled", "fused")  # the floor table's rows per weight path, the paper's best first
+
+
+def code_versions(stats: dict, arm_stats: dict) -> dict[str, list[float]]:
+    """An arm's session medians by the version of the measured code (its sources' hash, first 8
+    characters): a cell whose sessions span kernel changes says what each version gave."""
+    by_session = {str(s["session"]): (s.get("sources_sha256") or "unknown")[:8] for s in stats["sessions"]}
+    out: dict[str, list[float]] = {}
+    for sid, ms in (arm_stats.get("session_ms") or {}).items():
+        out.setdefault(by_session.get(sid, "unknown"), []).append(ms)
+    return out
+
+
+def versions_text(versions: dict[str, list[float]]) -> str:
+    """'sessions of 2 versions of the measured code (sources hash): 5ae125a1 4.51 ms (1 session); ...'."""
+    import statistics
+
+    parts = [f"{v} {statistics.median(ms):.2f} ms ({len(ms)} session{'s' if len(ms) > 1 else ''})" for v, ms in versions.items()]
+    return f"sessions of {len(versions)} versions of the measured code (sources hash): " + "; ".join(parts)
 
 
 def over_bf16_graphed(cell: dict, arm: str, bf16: dict, bf16_arm: str = "graphed") -> float:
@@ -270,8 +290,20 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
                 few = FEW if a["n_sessions"] < 2 else ""
                 any_few = any_few or bool(few)
                 an = a.get("anatomy") or {}
+                interval = ""
+                if a.get("ci_low_ms") is not None and arm != "graphed":  # the levers' steps with their 95 % interval over machines
+                    interval = Markup(f" [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{scope}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
+                                      f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{scope}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
+                versions = code_versions(s, a)
+                if len(versions) > 1:  # one cell, several versions of the measured code: say what each gave
+                    interval += Markup(rf"\textsuperscript{{{notes.mark(f'{quant} {arm}, ' + versions_text(versions))}}}")
+                streamed = a.get("streamed_Bps")
                 row.update(
-                    ms=Markup(f"{log.num(f'ms_per_step/{cid}/{arm}/{scope}', a['median_ms'], 2, quantity='ms_per_step', **meta)}{few}"),
+                    ms=Markup(f"{log.num(f'ms_per_step/{cid}/{arm}/{scope}', a['median_ms'], 2, quantity='ms_per_step', **meta)}{few}{interval}"),
+                    tbps=log.num(f"streamed_TBps/{cid}/{arm}/{scope}", streamed * 1e-12, 2, quantity="streamed_Bps", scale=1e-12, **meta)
+                    if streamed else "--",
+                    of_copy=log.num(f"streamed_over_copy/{cid}/{arm}/{scope}", a["streamed_over_copy"] * 100, 0, quantity="streamed_over_copy",
+                                    scale=100.0, **meta) if a.get("streamed_over_copy") else "--",
                     r_floor=log.num(f"r_floor/{cid}/{arm}/{scope}", a["r_floor"], 2, quantity="r_floor", **meta),
                     kernels=log.num(f"kernels_per_step/{cid}/{arm}/{scope}", an.get("kernels_per_step"), 0, quantity="kernels_per_step", **meta),
                     busy=log.num(f"gpu_busy_ms_per_step/{cid}/{arm}/{scope}", an.get("gpu_busy_ms_per_step"), 2, quantity="gpu_busy_ms_per_step", **meta),

@@ -351,11 +351,12 @@ class Plan:
         """The configured cells of a named set, in the order the tables list them."""
         r = self.config["report"]
         floor_bf16 = [c for c in self.floor if c.quant == "bf16"]
+        floor_fused = [c for c in self.floor if c.quant == "bf16" or c.mode.endswith("-fused")]  # bf16's levers; every path's fused step
         sets = {
             "matrix": self.matrix, "ab": list(self.ab), "matrix+ab": self.matrix + list(self.ab), "attention": self.attention,
             "quantization": self.quantization, "floor": self.floor, "none": [],
-            "headline": [c for c in self.matrix + floor_bf16 if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]],
-            "anatomy": self.matrix + list(self.ab) + floor_bf16,
+            "headline": [c for c in self.matrix + floor_fused if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]],
+            "anatomy": self.matrix + list(self.ab) + floor_fused,
         }
         if name not in sets:
             raise ConfigError(f"unknown cell set '{name}' (known: {', '.join(sets)})")
