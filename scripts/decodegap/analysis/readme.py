@@ -3,6 +3,7 @@
 The block between `<!-- findings -->` and `<!-- /findings -->` in README.md is rendered from
 templates/findings.md: every `[[KEY]]` there is the text the report renders for that provenance key
 (report/provenance.json), so a sentence of the README cannot say another number than the report.
+`[[KEY|.2f]]` rounds the report's number with a format spec (fewer digits, never another value).
 
     python -m decodegap.analysis.readme            rewrite the block from report/provenance.json
     python -m decodegap.analysis.readme --check    exit 1 (naming the first difference) when the README's
@@ -26,7 +27,7 @@ from decodegap.core.errors import ConfigError
 TEMPLATE = Path(__file__).parent / "templates" / "findings.md"
 README = REPO_ROOT / "README.md"
 START, END = "<!-- findings -->", "<!-- /findings -->"
-KEY = re.compile(r"\[\[([^\[\]]+)\]\]")
+KEY = re.compile(r"\[\[([^\[\]|]+)(?:\|([^\[\]]+))?\]\]")
 
 
 def numbers_of_provenance(path: str | Path) -> dict[str, str]:
@@ -41,10 +42,20 @@ def render(numbers: dict[str, str], template: str | None = None) -> str:
     """The findings block's text, each [[KEY]] replaced by the report's text for it; a key the
     report does not have is a ConfigError naming it."""
     text = template if template is not None else TEMPLATE.read_text()
-    missing = sorted({k for k in KEY.findall(text) if k not in numbers})
+    missing = sorted({k for k, _ in KEY.findall(text) if k not in numbers})
     if missing:
         raise ConfigError(f"{TEMPLATE.name}: keys the report does not render: {', '.join(missing[:5])}")
-    return KEY.sub(lambda m: numbers[m.group(1)], text)
+
+    def one(m: re.Match) -> str:
+        key, spec = m.group(1), m.group(2)
+        if not spec:
+            return numbers[key]
+        try:
+            return format(float(numbers[key].replace(",", "")), spec)
+        except ValueError as exc:
+            raise ConfigError(f"{TEMPLATE.name}: [[{key}|{spec}]]: {exc}") from None
+
+    return KEY.sub(one, text)
 
 
 def block_of(readme: str) -> str:

@@ -1,0 +1,90 @@
+"""The README says what the report says: its findings block is rendered from the bundled report's
+numbers (tests/data/bundled_report_numbers.tsv, which test_pipeline's slow test compares with a
+fresh build), and every command and path it names exists."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from decodegap.analysis import readme
+from decodegap.core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+TEXT = (REPO / "README.md").read_text()
+
+
+def bundled():
+    return readme.numbers_of_tsv(REPO / "tests/data/bundled_report_numbers.tsv")
+
+
+def test_findings_block_is_what_the_bundled_report_renders():
+    block = readme.render(bundled()).strip("\n")
+    ours = readme.block_of(TEXT)
+    if ours != block:
+        first = next(i for i, (a, b) in enumerate(zip(ours.splitlines() + [""], block.splitlines() + [""])) if a != b)
+        pytest.fail(f"README findings line {first + 1} differs from the report's numbers; run "
+                    f"`python -m decodegap.analysis.readme` after `make report`:\n  README: "
+                    f"{(ours.splitlines() + [''])[first]}\n  report: {(block.splitlines() + [''])[first]}")
+
+
+def test_a_changed_report_number_changes_the_rendered_findings():
+    numbers = bundled()
+    key = "ab/speedup/h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-static-graphed/completed"
+    assert f"[[{key}|.2f]]" in readme.TEMPLATE.read_text()
+    before = readme.render(numbers)
+    after = readme.render({**numbers, key: "9.876"})
+    assert "9.88x faster for Qwen-2.5-7B" in after and "9.88x" not in before
+
+
+def test_a_key_the_report_lacks_is_named():
+    with pytest.raises(ConfigError, match="no/such/key"):
+        readme.render(bundled(), "the speedup is [[no/such/key]]x")
+    with pytest.raises(ConfigError, match=r"\[\[k\|\.2f\]\]"):
+        readme.render({"k": "n/a"}, "[[k|.2f]]")
+
+
+def test_check_names_the_first_differing_line(tmp_path, monkeypatch, capsys):
+    prov = tmp_path / "provenance.json"
+    prov.write_text(json.dumps({"numbers": {k: {"text": v} for k, v in bundled().items()}}))
+    monkeypatch.setattr(readme, "README", tmp_path / "README.md")
+    (tmp_path / "README.md").write_text(TEXT)
+    assert readme.main(["--provenance", str(prov), "--check"]) == 0
+    (tmp_path / "README.md").write_text(TEXT.replace("graphs are 3.39x faster", "graphs are 4.39x faster"))
+    assert readme.main(["--provenance", str(prov), "--check"]) == 1
+    assert "4.39x" in capsys.readouterr().err
+    assert readme.main(["--provenance", str(prov)]) == 0  # rewrites the block
+    assert (tmp_path / "README.md").read_text() == TEXT
+
+
+def test_paths_the_readme_names_exist():
+    """Every repository path in backticks that looks like one (a folder/file with an extension, or
+    a folder ending in /) exists, so a rename cannot leave the README pointing nowhere."""
+    missing = []
+    for path in set(re.findall(r"`((?:scripts|workflow|config|envs|benchmarks|tests|profiles|\.ci|results/benchmarks)/[^`*<>{} ]+)`", TEXT)):
+        if not (REPO / path).exists() and not (REPO / "scripts" / path).exists():
+            missing.append(path)
+    for path in set(re.findall(r"`(decodegap/[^`*<>{} ]+)`", TEXT)):
+        if not (REPO / "scripts" / path).exists():
+            missing.append(path)
+    assert not missing, missing
+
+
+def test_benchmarks_the_readme_lists_exist_and_every_benchmark_is_listed():
+    listed = set(re.findall(r"python (benchmarks/[a-z_]+\.py)", TEXT))
+    present = {f"benchmarks/{p.name}" for p in (REPO / "benchmarks").glob("*.py")}
+    assert listed == present, (sorted(present - listed), sorted(listed - present))
+
+
+def test_make_targets_the_readme_names_exist():
+    makefile = (REPO / "Makefile").read_text()
+    for target in set(re.findall(r"make ([a-z][a-z-]+)", TEXT)):
+        if target in ("report", "test", "test-all"):
+            assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
+
+
+def test_python_module_commands_the_readme_gives_exist():
+    for module in set(re.findall(r"python -m (decodegap(?:\.[a-z_]+)+)", TEXT)):
+        rel = Path("scripts", *module.split("."))
+        assert (REPO / rel).with_suffix(".py").exists() or (REPO / rel / "__main__.py").exists(), module
