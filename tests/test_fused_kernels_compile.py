@@ -39,6 +39,7 @@ def _check(proc, rows):
     assert any(op.startswith("LDGSTS") for op in masked) and not any(op.startswith("LDGSTS") for op in skipping)
 
 
+@pytest.mark.slow  # 25 s: every kernel through ptxas for sm_90 (CI runs it: pytest -m slow)
 def test_every_kernel_compiles_for_the_h200_without_spilling(tmp_path):
     _check(*_compile_ahead(tmp_path, "--quick"))
 
