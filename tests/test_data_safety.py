@@ -252,6 +252,17 @@ def _truncated(record: dict, n: int) -> dict:
     return record
 
 
+def _copy_of_s01(change) -> str:
+    """s01's record filed as s04, its timed steps changed by `change` (every per-step list alike)."""
+    record = json.loads((REPO / CELL / "s01.json").read_text()) | {"session": 4, "seed": 4}
+    arm = record["arms"][0]
+    n = len(arm["timed"]["host_ms"])
+    order = change(list(range(n)))
+    arm["timed"] = {k: ([v[i] for i in order] if isinstance(v, list) and len(v) == n else v) for k, v in arm["timed"].items()}
+    arm["expected_position"] = arm["final_position"] = arm["expected_position"] - (n - len(order))
+    return json.dumps(record)
+
+
 def _nan_text(record: dict) -> str:
     text = json.dumps(record, indent=1)
     first = repr(record["arms"][0]["timed"]["host_ms"][0])
@@ -286,7 +297,9 @@ BAD_RECORDS = {
     "no GPU UUID": ("s04.json", lambda: json.dumps(_with(_real_record(4), "environment", "gpu", "uuid", None)), "no GPU UUID"),
     "a CPU run filed under the H200": ("s04.json", lambda: json.dumps(_with(_real_record(4), "environment", "device_type", "cpu")), "timed on device 'cpu'"),
     "a copy under another number": ("s04.json", lambda: (REPO / CELL / "s01.json").read_text().replace('"session": 1,', '"session": 4,', 1),
-                                    "its samples are identical to those of"),
+                                    "its samples are those of"),
+    "a shuffled copy": ("s04.json", lambda: _copy_of_s01(lambda order: order[::-1]), "its samples are those of"),
+    "a copy cut short": ("s04.json", lambda: _copy_of_s01(lambda order: order[:120]), "its samples are those of"),
     "a protocol beyond its bounds": ("s04.json", lambda: json.dumps(_with(_real_record(4), "protocol", "max_rel_stdev", 1e9)),
                                      "states a protocol no session runs under: protocol.max_rel_stdev must be"),
     "another cell's arms": ("s04.json", lambda: json.dumps(_with(_real_record(4), "arms", 0, "mode", "static")), "not the arms ['graphed']"),
@@ -312,7 +325,7 @@ def test_a_bad_record_stops_the_run_naming_the_file(tmp_path, case):
     assert proc.returncode != 0
     assert rel in text and message in text, text[-3000:]
     assert "Traceback" not in text
-    if case == "a copy under another number":
+    if "copy" in case:
         assert f"{CELL}/s01.json" in text  # names both files
     assert {k: v for k, v in data_hashes(root).items() if k != rel} == before
 
@@ -412,7 +425,7 @@ def test_provenance_check_catches_any_change_to_any_data_file(tmp_path):
     (root / CELL / "s09.json").write_bytes((root / CELL / "s01.json").read_bytes())
     proc = provenance(root, "check")
     assert proc.returncode == 1 and f"added (not in results/raw.sha256): {CELL}/s09.json" in proc.stderr
-    assert f"copied samples: {CELL}/s09.json holds the same step times as {CELL}/s01.json" in proc.stderr
+    assert f"copied samples: {CELL}/s09.json holds the step times of {CELL}/s01.json" in proc.stderr
 
 
 def test_provenance_code_refuses_an_unknown_commit_and_a_missing_folder(tmp_path):

@@ -190,7 +190,29 @@ def test_a_copy_of_a_session_under_another_number_is_refused(tmp_path):
     copy = json.loads(session_bytes(cell, 0))
     copy.update(session=5, seed=5)
     result = ingest([archive(tmp_path, "b", {raw(cell, 5): encode(copy)})], store, say=lambda _: None)
-    assert any(f"{raw(cell, 5)}: its samples are identical to those of {raw(cell, 0)}" in r for r in result["refused"])
+    assert any(f"{raw(cell, 5)}: its samples are those of {raw(cell, 0)}" in r for r in result["refused"])
+
+
+def test_a_shuffled_or_merged_copy_is_refused_and_a_new_session_is_not(tmp_path):
+    """A copy whose steps were reordered, or half of it merged with another session's, is still a
+    copy; a fresh session of the same cell is not (its step times are its own)."""
+    store = tmp_path / "store"
+    cell = SMALL_CELLS[1]
+    ingest([archive(tmp_path, "a", {raw(cell, 0): session_bytes(cell, 0), raw(cell, 1): session_bytes(cell, 1)})], store,
+           say=lambda _: None)
+    first, second = json.loads(session_bytes(cell, 0)), json.loads(session_bytes(cell, 1))
+    shuffled = json.loads(session_bytes(cell, 0)) | {"session": 6, "seed": 6}
+    merged = json.loads(session_bytes(cell, 1)) | {"session": 7, "seed": 7}
+    for arm, a in zip(shuffled["arms"], first["arms"]):
+        arm["timed"] = {k: (v[::-1] if isinstance(v, list) else v) for k, v in a["timed"].items()}
+    for arm, a, b in zip(merged["arms"], first["arms"], second["arms"]):
+        half = len(a["timed"]["host_ms"]) // 2
+        arm["timed"]["host_ms"] = a["timed"]["host_ms"][:half] + b["timed"]["host_ms"][half:]
+    result = ingest([archive(tmp_path, "b", {raw(cell, 6): encode(shuffled), raw(cell, 7): encode(merged),
+                                              raw(cell, 2): session_bytes(cell, 2)})], store, say=lambda _: None)
+    assert any(f"{raw(cell, 6)}: its samples are those of {raw(cell, 0)}" in r for r in result["refused"]), result["refused"]
+    assert any(f"{raw(cell, 7)}: its samples are those of" in r for r in result["refused"]), result["refused"]
+    assert result["added"] == [raw(cell, 2)]
 
 
 def test_records_the_analysis_would_refuse_never_enter(tmp_path):

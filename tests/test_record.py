@@ -64,3 +64,23 @@ def test_path_grammar_round_trip():
     assert paths.parse_session_path("results/raw/h200/x/ctx1/a_b/s00.json") is None
     with pytest.raises(ConfigError, match="no '_'"):
         paths.session_path("h_200", "m", 1, "sdpa", "bf16", "eager", 0)
+
+
+def test_no_two_bundled_sessions_share_samples_and_a_partial_copy_would():
+    """The copy guard's margin on real data: no bundled session shares half an arm's step times with
+    another (the largest natural overlap is a few per cent), while a copy that keeps half of a real
+    session's steps, reordered, is found."""
+    from pathlib import Path
+
+    from decodegap.core.record import SampleIndex
+
+    index, files = SampleIndex(), sorted((Path(__file__).resolve().parents[1] / "results/raw").rglob("s*.json"))
+    for path in files:
+        record = json.loads(path.read_bytes())
+        assert index.twin(record, path.as_posix()) is None, path
+        index.add(record, path.as_posix())
+    record = json.loads(files[-1].read_bytes())
+    arm = next(a for a in record["arms"] if len(a["timed"]["host_ms"]) >= 64)
+    host = arm["timed"]["host_ms"]
+    arm["timed"]["host_ms"] = host[len(host) // 2:][::-1] + [x * 1.5 for x in host[: len(host) // 2]]
+    assert index.twin(record, "results/raw/elsewhere/s99.json") == files[-1].as_posix()

@@ -34,7 +34,7 @@ from decodegap.core import manifest
 from decodegap.core.errors import RawFileError
 from decodegap.core.floor import MemoryFloor
 from decodegap.core.protocol import Protocol
-from decodegap.core.record import analysis_problems, filed_problem, machine_id, parse_session, read_bytes, rejudge, samples_fingerprints
+from decodegap.core.record import analysis_problems, filed_problem, machine_id, parse_session, read_bytes, rejudge, SampleIndex
 
 _KEY = pa.dictionary(pa.int32(), pa.string())
 CELL_FIELDS = [
@@ -239,16 +239,16 @@ def read_checked(path: str | Path, gpu_device: str | None, listed_by_root: dict)
 
 
 def aggregate(raw_files: list[str | Path], b_peak_Bps: float, protocol: Protocol | None = None, gpu_device: str | None = "cuda",
-              seen_samples: dict | None = None) -> tuple[pa.Table, pa.Table]:
+              seen_samples: SampleIndex | None = None) -> tuple[pa.Table, pa.Table]:
     """One cell's raw sessions as its sessions and steps tables. b_peak_Bps: the analysis config's;
     protocol: the analysis config's, which judges every session (None: the protocol's defaults);
     gpu_device: the cell's GPU type's device (cuda: its timed sessions need a GPU UUID);
-    seen_samples: sample fingerprints already read (a group of cells shares one: a session's
-    samples filed under a second session, even of another cell, are refused)."""
+    seen_samples: the step times already read (a group of cells shares one index: a session's
+    samples filed again under another session, even of another cell, are refused)."""
     protocol = protocol or Protocol()
     sessions, steps = [], []
     seen: dict[tuple, str] = {}
-    seen_samples = {} if seen_samples is None else seen_samples
+    seen_samples = SampleIndex() if seen_samples is None else seen_samples
     listed: dict = {}
     for path in sorted(raw_files, key=lambda p: Path(p).as_posix()):
         record, sha = read_checked(path, gpu_device, listed)
@@ -257,11 +257,11 @@ def aggregate(raw_files: list[str | Path], b_peak_Bps: float, protocol: Protocol
             raise RawFileError(f"{path}: session {record['session']} of this cell is also recorded in {seen[key]}; "
                                "one session, one file")
         seen[key] = Path(path).as_posix()
-        for fp in samples_fingerprints(record):
-            if fp in seen_samples:
-                raise RawFileError(f"{path}: its samples are identical to those of {seen_samples[fp]}: the same session's "
-                                   "steps filed twice count it twice; remove the copy")
-            seen_samples[fp] = Path(path).as_posix()
+        twin = seen_samples.twin(record, Path(path).as_posix())
+        if twin is not None:
+            raise RawFileError(f"{path}: its samples are those of {twin} (half or more of an arm's step times): the "
+                               "same session's steps filed twice count it twice; remove the copy")
+        seen_samples.add(record, Path(path).as_posix())
         s, t = rows_of(record, path, sha, b_peak_Bps, rejudge(record, protocol))
         sessions += s
         steps += t

@@ -331,19 +331,19 @@ def check(doc: dict | None, root: str | Path = ".") -> int:
 
 
 def _identical_samples(root: Path, rels: list[str]) -> list[str]:
-    from decodegap.core.record import samples_fingerprints
+    from decodegap.core.record import SampleIndex
 
-    seen, out = {}, []
+    seen, out = SampleIndex(), []
     for rel in sorted(rels):
         try:
             record = json.loads((root / rel).read_bytes())
         except (OSError, ValueError):
             continue  # unreadable: the manifest audit and the analysis say so
-        for fp in samples_fingerprints(record):
-            if fp in seen:
-                out.append(f"copied samples: {rel} holds the same step times as {seen[fp]}")
-            else:
-                seen[fp] = rel
+        twin = seen.twin(record, rel)
+        if twin is not None:
+            out.append(f"copied samples: {rel} holds the step times of {twin}")
+        else:
+            seen.add(record, rel)
     return out
 
 

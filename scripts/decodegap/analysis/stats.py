@@ -41,6 +41,7 @@ from decodegap.analysis.bootstrap import (  # noqa: F401 - the statistics' publi
     session_counts, speedup_estimates, speedup_with_ci, variance_components)
 from decodegap.core.cells import LAYER_ARMS, OP_BY_OP
 from decodegap.core.floor import MemoryFloor
+from decodegap.core.record import SampleIndex
 
 
 def _time_column(cfg: StatsConfig, arms=()) -> str:
@@ -425,7 +426,7 @@ def frames(sessions_table, steps_table) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def summarize_cell(raw_files, wildcards: dict, gpu: dict, stats_cfg: dict, sessions_out, steps_out, stats_out,
-                   protocol: dict | None = None, seen_samples: dict | None = None) -> dict:
+                   protocol: dict | None = None, seen_samples=None) -> dict:
     """Aggregate one cell's raw sessions to Parquet, then write its statistics record. protocol: the
     analysis config's `protocol:` (every session is judged by it); gpu: the cell's GPU type's spec."""
     import json
@@ -459,7 +460,7 @@ def summarize_group(cells: list[dict], gpu: dict, stats_cfg: dict, protocol: dic
 
     from decodegap.core import paths
 
-    seen_samples: dict = {}  # a session's samples filed under another session of the group are refused
+    seen_samples = SampleIndex()  # a session's samples filed under another session of the group are refused
     for i, c in enumerate(cells, 1):
         t = time.perf_counter()
         keys = c["keys"]

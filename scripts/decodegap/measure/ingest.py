@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 
 from decodegap.core import manifest, paths
 from decodegap.core.errors import DecodegapError, SessionExists
-from decodegap.core.record import LIMITS, analysis_problems, filed_problem, parse_session, samples_fingerprints, write_exclusive
+from decodegap.core.record import LIMITS, analysis_problems, filed_problem, parse_session, SampleIndex, write_exclusive
 
 MAX_ARCHIVE_BYTES = 2 * 2**30  # decompressed, per archive: a device call brings back at most 64 MiB compressed
 
@@ -121,7 +121,7 @@ class Ingest:
         self.listed = manifest.read(self.root)
         self.devices = _gpu_devices(self.root)
         self.accepted: dict[str, tuple[bytes, str]] = {}  # rel -> (bytes, what) of members that passed
-        self._fingerprints: dict[str, str] | None = None  # sample fingerprint -> the session that has it
+        self._samples: SampleIndex | None = None  # the step times of every session in the tree
 
     # --- reading ----------------------------------------------------------------------------
     def source(self, source: Path) -> None:
@@ -233,12 +233,10 @@ class Ingest:
         problems = analysis_problems(record, self.devices.get(record["cell"]["gpu"]))
         if problems:
             return "; ".join(problems)
-        for fp in samples_fingerprints(record):
-            twin = self.fingerprints().get(fp)
-            if twin is not None and twin != rel:
-                return f"its samples are identical to those of {twin}: a copy of a session is not a new one"
-        for fp in samples_fingerprints(record):
-            self.fingerprints()[fp] = rel
+        twin = self.samples().twin(record, rel)
+        if twin is not None:
+            return f"its samples are those of {twin} (half or more of an arm's step times): a copy of a session is not a new one"
+        self.samples().add(record, rel)
         return None
 
     def check_environment(self, rel: str, data: bytes) -> str | None:
@@ -264,20 +262,19 @@ class Ingest:
             return f"the record of gpu {record['gpu']!r} under the name of {gpu!r}"
         return None
 
-    def fingerprints(self) -> dict[str, str]:
-        """The sample fingerprints of every session already in the tree (read once, unchecked: the
-        tree's own sessions were checked when they entered)."""
-        if self._fingerprints is None:
-            self._fingerprints = {}
+    def samples(self) -> SampleIndex:
+        """The step times of every session already in the tree (read once, unchecked: the tree's
+        own sessions were checked when they entered)."""
+        if self._samples is None:
+            self._samples = SampleIndex()
             for rel in self.listed:
                 if rel.startswith(paths.RAW_ROOT + "/") and (self.root / rel).is_file():
                     try:
                         record = json.loads((self.root / rel).read_bytes())
                     except (OSError, ValueError):
                         continue
-                    for fp in samples_fingerprints(record):
-                        self._fingerprints[fp] = rel
-        return self._fingerprints
+                    self._samples.add(record, rel)
+        return self._samples
 
     # --- writing ----------------------------------------------------------------------------
     def write(self) -> None:
