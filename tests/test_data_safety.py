@@ -403,6 +403,15 @@ def test_a_number_edited_by_hand_fails_the_check_naming_it(built):
     table.write_text(text.replace(f"\\dgnum{{{key}}}{{{number}}}", f"\\dgnum{{{key}}}{{9.999}}", 1))
     check = provenance(root, "check")
     assert check.returncode == 1 and "edited table: report/tables/ab.tex" in check.stderr and f"{key}: '9.999'" in check.stderr
+    table.write_text(text)
+    figure = root / "report/figures/ab.png"
+    drawn = figure.read_bytes()
+    figure.write_bytes(drawn[:-16] + bytes(16))  # a figure swapped for another: the same name, other pixels
+    check = provenance(root, "check")
+    assert check.returncode == 1 and "edited figure: report/figures/ab.png" in check.stderr
+    assert "edited table" not in check.stderr
+    figure.write_bytes(drawn)
+    assert provenance(root, "check").returncode == 0
 
 
 def test_provenance_check_catches_any_change_to_any_data_file(tmp_path):

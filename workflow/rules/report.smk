@@ -28,6 +28,7 @@ rule provenance:
         numbers=[paths.table_numbers(name) for name in TABLE_NAMES],
         tables=TABLE_FILES,  # their hashes: a number edited by hand shows in `provenance check`
         stats=GROUP_STATS_DIRS,
+        figures=[f for n in FIGURE_NAMES for f in paths.figure(n)],  # likewise a figure replaced
     output:
         paths.PROVENANCE,
     log:

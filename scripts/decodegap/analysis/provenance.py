@@ -84,10 +84,11 @@ def _raw_files(stats: dict, entry: dict) -> list[dict]:
 DGNUM = re.compile(r"\\dgnum\{([^{}]*)\}\{([^{}]*)\}")
 
 
-def build(number_files, out: str | Path, table_files=(), stats_dirs=()) -> dict:
+def build(number_files, out: str | Path, table_files=(), stats_dirs=(), figure_files=()) -> dict:
     """report/provenance.json: every rendered number with its lineage; the sha256 of each table as
-    rendered (`check` names any number edited since); and every session the report read, with its
-    sha256 (`check` says when sessions were added or changed since: a stale report)."""
+    rendered and each figure as drawn (`check` names any number edited since, and any figure
+    replaced); and every session the report read, with its sha256 (`check` says when sessions were
+    added or changed since: a stale report)."""
     numbers, stats_cache = {}, {}
 
     def stats_of(path):
@@ -111,7 +112,8 @@ def build(number_files, out: str | Path, table_files=(), stats_dirs=()) -> dict:
             for sess in stats_of(f.as_posix())["sessions"]:
                 read[sess["raw_path"]] = sess["raw_sha256"]
     doc = {"schema": SCHEMA, "analysis_code": analysis_code(), "numbers": dict(sorted(numbers.items())),
-           "tables": {Path(t).as_posix(): sha256_file(t) for t in table_files}, "sessions_read": dict(sorted(read.items()))}
+           "tables": {Path(t).as_posix(): sha256_file(t) for t in table_files},
+           "figures": {Path(f).as_posix(): sha256_file(f) for f in figure_files}, "sessions_read": dict(sorted(read.items()))}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -397,6 +399,13 @@ def _edited_tables(doc: dict, root: Path) -> list[str]:
         unknown = [k for k in found if k not in texts]
         detail = "; ".join(changed[:5] + [f"{k}: a number provenance never recorded" for k in unknown[:3]]) or "text other than the numbers"
         out.append(f"edited table: {table} differs from what the report rendered ({detail}); rebuild it: snakemake -f {table}")
+    for figure, sha in sorted((doc.get("figures") or {}).items()):
+        path = root / figure
+        if not path.exists():
+            out.append(f"missing figure: {figure}")
+        elif sha256_file(path) != sha:
+            out.append(f"edited figure: {figure} is not the file the report drew (changed by hand, or redrawn alone "
+                       f"since): rebuild the report: snakemake -f {figure} {DEFAULT}")
     return out
 
 
