@@ -107,14 +107,20 @@ def provenance(root: Path, *args):
 # --- the numbers -------------------------------------------------------------------------
 
 
+def built_clone(dest: Path) -> Path:
+    """A clone with the whole bundled report built (report/paper_tables.tex: every H200 session)."""
+    root = clone(dest)
+    proc = snakemake(root, "--cores", "2", "report/paper_tables.tex", timeout=1800)
+    assert proc.returncode == 0, out(proc)[-3000:]
+    return root
+
+
 @pytest.mark.slow
 def test_the_bundled_report_has_the_numbers_it_had(tmp_path):
     """Every number the report renders from the bundled sessions, against tests/data/: a refactor
     must not move one. After adding sessions or changing a statistic on purpose, rewrite the file:
     python -m decodegap.analysis.provenance keys > tests/data/bundled_report_numbers.tsv"""
-    root = clone(tmp_path)
-    proc = snakemake(root, "--cores", "2", "report/paper_tables.tex", timeout=1800)
-    assert proc.returncode == 0, out(proc)[-3000:]
+    root = built_clone(tmp_path)
     expected = dict(line.split("\t") for line in (REPO / "tests/data/bundled_report_numbers.tsv").read_text().splitlines())
     doc = json.loads((root / "report/provenance.json").read_text())
     got = {key: entry["text"] for key, entry in doc["numbers"].items()}

@@ -322,7 +322,8 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
         who = f"{gpus[gpu_key]['display_name']}, {models[model]['display_name']}"
         groups.append({"title": f"{who}, ctx {ctx}", "attn": attn, "rows": rows, "who": who,
                        "break": bool(groups) and groups[-1]["who"] != who})
-    first, rest = PORTRAIT_LINES - 18, PORTRAIT_LINES - 5
+    # on its side: eleven columns are wider than a portrait page at \footnotesize (the caption takes ~12 lines)
+    first, rest = LANDSCAPE_LINES - 14, LANDSCAPE_LINES - 4
     pages = paginate(groups, first, rest)
-    tex = environment().get_template("floor.tex.j2").render(pages=pages, **_notes_after(pages, first, rest, notes, any_few))
+    tex = environment().get_template("floor.tex.j2").render(pages=pages, **_notes_after(pages, first, rest, notes, any_few, LANDSCAPE_CHARS))
     _write(tex, out_tex, log, out_numbers)
