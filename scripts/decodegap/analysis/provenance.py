@@ -326,7 +326,7 @@ def check(doc: dict | None, root: str | Path = ".") -> int:
               + ("all unchanged" if len(bad) == n_bad else f"{len(bad) - n_bad} changed or missing"))
         edited = _edited_tables(doc, root)
         bad += edited
-        print(f"checked {len(doc.get('tables') or {})} tables against their rendered hashes: " + ("all as rendered" if not edited else f"{len(edited)} differ"))
+        print(f"checked {len(doc.get('tables') or {})} tables and {len(doc.get('figures') or {})} figure files against their hashes as built: " + ("all as built" if not edited else f"{len(edited)} differ"))
     for line in bad:
         print(line, file=sys.stderr)
     return 1 if bad else 0
