@@ -100,7 +100,9 @@ def test_killed_measurement_is_measured_again_and_nothing_else_changes(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     before = sha256s(work / "results/raw")
     # a long measurement, cancelled while it runs (as a node failure or time limit would)
-    cfg = slurm_config(timed_steps=200000)
+    # minutes on a CPU within the tiny card's 4,096 positions: a 40 ms CPU probe before and after each step
+    cfg = slurm_config(timed_steps=2000)
+    cfg["protocol"]["step_probe_iterations"] = 1_000_000
     (work / "config.yaml").write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", str(REPO / "profiles/slurm"), "--snakefile", str(REPO / "Snakefile"),
