@@ -47,9 +47,9 @@ $(VENV)/.report: $(BIN)/python pyproject.toml
 	@touch $@
 
 $(VENV)/.test: $(VENV)/.report
-	@echo "== $$(date +%T) installing PyTorch's CPU build (torch==2.13.0, from this machine's disk where it lies there), the measurement wing (transformers, bitsandbytes, triton) and pytest into $(VENV)/"
+	@echo "== $$(date +%T) installing PyTorch's CPU build (torch==2.13.0, from this machine's disk where it lies there), the measurement wing (transformers, bitsandbytes, triton, gguf) and pytest into $(VENV)/"
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[measure,analysis,workflow,test]'
+	$(BIN)/pip install -q -e '.[measure,analysis,workflow,test,engines]'
 	@touch $@
 
 env-report: $(VENV)/.report

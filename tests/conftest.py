@@ -91,6 +91,7 @@ def small_config(**changes):
     config["attention"]["gpus"] = []  # the attention experiment: tests that want it name its GPUs
     config["quantization"]["gpus"] = []  # the weight-path experiment: likewise
     config["floor"]["gpus"] = []  # the floor experiment (compiled, fused): likewise
+    config["engines"]["gpus"] = []  # the engines experiment (generate): likewise
     config["stats"]["n_resamples"] = 200
     # the synthetic sessions are 48 steps of a few ms: the analysis judges them by this protocol, not theirs
     config["protocol"].update(min_samples=32, min_duration_s=0.0)

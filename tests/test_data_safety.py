@@ -71,7 +71,7 @@ def small(root: Path, **changes) -> Path:
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     config["matrix"].update(gpus=["h200"], models=["qwen2.5-7b"], ctx=[2048], modes=["eager", "static", "graphed"])
     config["ab"] = [dict(config["ab"][1])]  # the launch-tax A/B of Qwen-2.5-7B
-    for exp in ("attention", "quantization", "floor"):
+    for exp in ("attention", "quantization", "floor", "engines"):
         config[exp]["gpus"] = []
     config.update(changes)
     (root / "config/config.yaml").write_text(yaml.safe_dump(config))

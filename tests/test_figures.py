@@ -21,7 +21,7 @@ from decodegap.analysis import style as S
 from decodegap.analysis.reference import load_reference
 from decodegap.core.config import load_gpus
 
-FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention", "quantization")
+FIGURES = ("ladder", "context", "ab", "host", "anatomy", "deployment", "attention", "quantization", "engines")
 MAX_SIDE_PX = 3000
 WHITE = "#ffffff"
 
@@ -30,7 +30,7 @@ WHITE = "#ffffff"
 
 def _cells():
     q = dict(model="qwen2.5-7b", attn="sdpa", quant="bf16")
-    cells = {"matrix": [], "ab": [], "floor": [], "layer": [], "quant": []}
+    cells = {"matrix": [], "ab": [], "floor": [], "layer": [], "quant": [], "engines": []}
     for ctx in (2048, 4096):
         for mode in ("eager", "static", "graphed"):
             cells["matrix"].append(dict(gpu="h200", ctx=ctx, mode=mode, **q))
@@ -40,6 +40,7 @@ def _cells():
     cells["layer"] = [dict(gpu="h200", model="qwen2.5-7b", ctx=c, attn=a, quant="bf16", mode="layer")
                       for a in ("sdpa", "sdpa-flash") for c in (2048, 4096)]
     cells["quant"] = [dict(gpu="h200", ctx=2048, mode="ab-static-graphed", **{**q, "quant": "int4-tinygemm"})]
+    cells["engines"] = [dict(gpu="h200", ctx=2048, mode="generate", **q)]
     return cells
 
 
@@ -103,6 +104,10 @@ def calls(ws, gpus=None, models=None):
         "deployment": lambda o: figures.deployment(f["matrix"] + f["ab"], ref, gpus, o),
         "attention": lambda o: figures.attention(f["layer"], ref, gpus, models, o),
         "quantization": lambda o: figures.quantization(f["ab"] + f["quant"], gpus, models, o),
+        # the engines' generate cell beside the floor arms of the same cell, and a planned cell with no session
+        "engines": lambda o: figures.engines(f["floor"] + f["engines"], _cells()["floor"] + _cells()["engines"]
+                                             + [dict(gpu="h200", model="qwen2.5-7b", ctx=4096, attn="sdpa", quant="bf16", mode="generate")],
+                                             gpus, models, o),
     }
 
 
@@ -285,7 +290,7 @@ def test_a_category_has_one_colour_in_every_figure(drawn):
 
 
 LEGEND_KIND = {"ladder": "mode", "context": "mode", "ab": "mode", "host": "mode", "anatomy": "mode", "deployment": "mode",
-               "attention": "attention", "quantization": "weights"}
+               "attention": "attention", "quantization": "weights", "engines": "mode"}
 
 
 @pytest.mark.parametrize("name", FIGURES)
@@ -480,3 +485,12 @@ def test_each_figure_draws_without_statistics(ws, tmp_path, monkeypatch, name):
     d = draw(monkeypatch, tmp_path, name, calls({**ws, "files": empty})[name])
     w, h = d.png_size()
     assert max(w, h) <= MAX_SIDE_PX and 1 / 3 <= w / h <= 3, (name, w, h)
+
+
+def test_engines_sets_each_engine_against_the_floor_and_names_the_unmeasured(drawn):
+    d = drawn["engines"]
+    assert {cat for _, cat, _ in d.tagged()} == {"graphed", "fused", "generate"}
+    ticks = [t.get_text() for ax in d.fig.axes for t in ax.get_yticklabels()]
+    assert ticks.count("generate") == 2 and ticks.count("graphed") == 1  # the 4096 panel holds only the planned generate row
+    assert sum(t.get_text() == "not measured" for t in d.texts()) == 1
+    assert any("memory floor" in label for label in d.legend_labels())

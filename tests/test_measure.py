@@ -78,6 +78,31 @@ def test_ab_session_alternates_arms_and_static_matches_eager_tokens(tmp_path, me
     assert eager["warmup"]["tokens"] + eager["timed"]["tokens"] == static["warmup"]["tokens"] + static["timed"]["tokens"]
 
 
+def test_generate_times_transformers_own_loop_and_decodes_the_static_steps_tokens(tmp_path, measure_main):
+    """The fast-path cell: transformers' generate runs the loop, the session times each step inside it
+    (token to token on the host), and greedy generate must produce the same tokens as our static step."""
+    rc, rec, _ = measure_main(tmp_path, model="tiny-qwen", mode="generate", session=1)
+    assert rc == 0 and rec["status"] == "valid", rec["reasons"]
+    (arm,) = rec["arms"]
+    assert arm["mode"] == "generate" and "anatomy" not in arm  # no step of ours to profile
+    timed = arm["timed"]
+    assert len(timed["host_ms"]) == 40 and len(arm["warmup"]["host_ms"]) == 2 and timed["device_ms"] is None
+    assert all(0 < ms < 10_000 for ms in timed["host_ms"])
+    assert all(0 <= c <= 1.2 * h + 1.0 for c, h in zip(timed["host_cpu_ms"], timed["host_ms"]))
+    block_steps = rec["protocol"]["ab_block_steps"]
+    assert timed["block"] == [i // block_steps for i in range(40)]
+    assert len(rec["cpu_probe"]["ms_before_block"]) == -(-40 // block_steps)
+    assert len(timed["cpu_probe_before_ms"]) == len(timed["cpu_probe_after_ms"]) == 40
+    assert all(ms > 0 for ms in timed["cpu_probe_before_ms"] + timed["cpu_probe_after_ms"])
+    assert arm["final_position"] == arm["expected_position"] == 32 + 2 + 40  # one generate call: prefill, warm-up, timed
+    two = arm["engine"]["two_lengths"]
+    assert two["new_tokens"] == [8, 40] and two["ms_per_token"] > 0 and all(len(v) == 3 for v in two["call_ms"].values())
+    rc, static, _ = measure_main(tmp_path, model="tiny-qwen", mode="static", session=1)
+    assert rc == 0
+    (s_arm,) = static["arms"]
+    assert arm["warmup"]["tokens"] + timed["tokens"] == s_arm["warmup"]["tokens"] + s_arm["timed"]["tokens"]
+
+
 def test_graphed_on_cpu_is_an_invalid_record_not_a_crash(tmp_path, measure_main):
     rc, rec, _ = measure_main(tmp_path, mode="graphed")
     assert rc == 0
@@ -144,6 +169,7 @@ def test_existing_session_is_refused_before_measuring(tmp_path, measure_main):
         (["--attn", "fa9"], "unknown attn 'fa9'"),
         (["--quant", "int3"], "unknown quant 'int3'"),
         (["--mode", "turbo"], "unknown mode 'turbo'"),
+        (["--mode", "ab-graphed-generate"], "generate runs its own decode loop"),
         (["--gpu", "h200"], "needs CUDA"),
     ],
 )

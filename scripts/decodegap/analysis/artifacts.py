@@ -17,7 +17,7 @@ from typing import Callable
 from decodegap.core.errors import ConfigError
 
 # The cells an artifact reads, by the name of a set the Plan knows (decodegap.core.cells.Plan.cell_set).
-CELL_SETS = ("matrix", "ab", "matrix+ab", "attention", "quantization", "floor", "headline", "anatomy", "none")
+CELL_SETS = ("matrix", "ab", "matrix+ab", "attention", "quantization", "floor", "engines", "headline", "anatomy", "none")
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,11 @@ TABLES = [
         "measured in the same sessions, the other kernels, and the step outside the GPU's busy time (the sessions' untimed "
         "profiler pass)."),
         draw=lambda j: _tables().gap_table(j.stats, j.cells, j.gpus, j.models, *j.out)),
+    Artifact("engines", "table", "engines", caption=(
+        "Engines at batch 1: transformers' graphed step, its own generate loop with a static cache, the step under "
+        "torch.compile and decodegap's fused step per weight path, on the same cells: ms per step with the interval over "
+        "machines, R_floor and the bytes streamed per second."),
+        draw=lambda j: _tables().engines_table(j.stats, j.cells, j.gpus, j.models, *j.out)),
 ]
 
 FIGURES = [
@@ -161,6 +166,12 @@ FIGURES = [
     Artifact("quantization", "figure", "quantization", caption=(
         "Weight paths at batch 1: the graphed step's speedup over bf16, one colour per path and a group of bars per cell, against the ideal speedup if the step were its memory traffic, (W_bf16 + K)/(W_q + K) (black ticks)."),
         draw=lambda j: _figures().quantization(j.stats, j.gpus, j.models, j.out)),
+    Artifact("engines", "figure", "engines", caption=(
+        "Engines at batch 1: ms per step of each way of running the decode step on the same cells (colour and marker: the "
+        "mode; the fused step's 8- and 4-bit weight paths: the fused colour with the path's marker), median of completed "
+        "sessions with its 95 % interval over machines (a cross beside a point: one machine, no interval), against the bf16 "
+        "memory floor (dashed); an engine planned but not measured is named with no point."),
+        draw=lambda j: _figures().engines(j.stats, j.cells, j.gpus, j.models, j.out)),
 ]
 
 REGISTRY = {("table", a.name): a for a in TABLES} | {("figure", a.name): a for a in FIGURES}

@@ -28,6 +28,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from decodegap.analysis import style as S  # noqa: E402
 from decodegap.analysis.style import FALLBACK_FONTS, fallback_fonts, literal, save  # noqa: E402,F401 - the figures' API as before
 from decodegap.analysis.tables import SCOPE_LABEL, SCOPES, load_stats  # noqa: E402
+from decodegap.analysis.figures_engines import engines  # noqa: E402,F401 - engines at batch 1, in a file of its own
 
 MODE_MARKERS = {m: s.marker for m, s in S.MODE_STYLE.items()}
 BEYOND_LINES = {"compiled": "--", "fused": ":"}  # the anatomy's ticks for the steps beyond the paper

@@ -58,6 +58,9 @@ SECTIONS = [
     ("Beyond the paper: closing the gap to the floor",
      "A compiled step and decodegap's own fused step against the graphed one, per weight path; then where the fused step's "
      "remaining time goes.", ["floor", "gap"], []),
+    ("Beyond the paper: engines at batch 1",
+     "The ways of running the decode step that people deploy, measured under the same protocol on the same cells: "
+     "transformers' graphed step, its own generate loop, torch.compile and decodegap's fused step.", ["engines"], ["engines"]),
     ("Beyond the paper: the anatomy of a step",
      "Where each millisecond of a step goes, from the memory floor to the framework's cost.", ["anatomy"], ["anatomy"]),
     ("Beyond the paper: the host as an axis",

@@ -64,6 +64,7 @@ MODE_STYLE = {
     "graphed": Style("#0072B2", "s", "graphed"),
     "compiled": Style("#CC79A7", "^", "compiled", "--"),
     "fused": Style("#009E73", "*", "fused", ":"),
+    "generate": Style("#000000", "h", "generate", "-."),  # transformers' own loop (an engine, not a step of ours)
     "layer-op": Style("#A0522D", "v", "op by op"),
     "layer-graphed": Style("#56B4E9", "P", "graphed"),
 }

@@ -4,7 +4,7 @@ sidecar JSON of every number it rendered (key -> value, cell, stats file) for th
 The tables live in three modules, all re-exported here (`from decodegap.analysis.tables import
 matrix_table` keeps working): tables_paper (the paper's own: matrix, A/B, floors, published, cost),
 tables_experiments (attention, weight paths, the floor experiment), tables_gap (where the fused
-step's time goes), tables_beyond (anatomy, host,
+step's time goes), tables_engines (engines at batch 1), tables_beyond (anatomy, host,
 step model, environment, sensitivity, variance); what they share, and the layout that keeps each
 table on its page, is tables_common. This module gathers them into report/paper_tables.tex.
 """
@@ -24,6 +24,7 @@ from decodegap.analysis.tables_common import (  # noqa: F401
     NOT_MEASURED, SCOPE_LABEL, SCOPES, _cannot_run, _cell_id, _ci_text, _family_of, _marks, _no_result, _Notes, _pct, _reason_of, _write,
     load_stats,
 )
+from decodegap.analysis.tables_engines import engines_table  # noqa: F401
 from decodegap.analysis.tables_gap import gap_table  # noqa: F401
 from decodegap.analysis.tables_experiments import (  # noqa: F401
     BEYOND_ARMS, attention_step_table, attention_table, floor_table, over_bf16_graphed, quant_numbers, quantization_table,

@@ -210,3 +210,17 @@ def place_notes(notes: list, room: float, rest: float, chars: int = PORTRAIT_CHA
     if page:
         pages.append(page)
     return [], pages
+
+
+def best_arms(cells: list[dict], stats: dict, scope: str = "completed") -> dict:
+    """{(quant, arm): (stats, cell id)}: per weight path and arm, the cell with the most `scope`
+    sessions of that arm (the graphed arm is in every A/B cell against it: one row, from the cell
+    that measured it most; the first such cell on a tie)."""
+    best = {}
+    for c in cells:
+        s = stats.get(_cell_id(c))
+        for arm, a in (((s or {}).get(scope) or {}).get("arms") or {}).items():
+            have = best.get((c["quant"], arm))
+            if a and (have is None or a["n_sessions"] > have[0][scope]["arms"][arm]["n_sessions"]):
+                best[(c["quant"], arm)] = (s, _cell_id(c))
+    return best

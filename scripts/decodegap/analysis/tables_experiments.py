@@ -8,7 +8,7 @@ from markupsafe import Markup
 from decodegap.analysis.latex import NumberLog, environment, fmt
 from decodegap.analysis.tables_common import (
     FEW_SESSIONS_NOTE, LANDSCAPE_CHARS, LANDSCAPE_LINES, NOT_MEASURED, PORTRAIT_CHARS, PORTRAIT_LINES, _cannot_run, _cell_id, _family_of, _no_result,
-    _Notes, _reason_of, _write, load_stats, paginate, place_notes, room_left, text_lines,
+    _Notes, _reason_of, _write, best_arms, load_stats, paginate, place_notes, room_left, text_lines,
 )
 
 FEW = Markup(r"\textsuperscript{$\dagger$}")
@@ -263,13 +263,7 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
     groups, notes, scope, any_few = [], _Notes(), "completed", False
     for gpu_key, model, ctx, attn in dict.fromkeys((c["gpu"], c["model"], c["ctx"], c["attn"]) for c in plan_cells):
         cells = [c for c in plan_cells if (c["gpu"], c["model"], c["ctx"], c["attn"]) == (gpu_key, model, ctx, attn)]
-        by_arm = {}  # (quant, arm) -> (stats, cell id) of the cell with the most completed sessions of that arm
-        for c in cells:
-            s = stats.get(_cell_id(c))
-            for arm, a in (((s or {}).get(scope) or {}).get("arms") or {}).items():
-                have = by_arm.get((c["quant"], arm))
-                if a and (have is None or a["n_sessions"] > have[0][scope]["arms"][arm]["n_sessions"]):
-                    by_arm[(c["quant"], arm)] = (s, _cell_id(c))
+        by_arm = best_arms(cells, stats, scope)  # (quant, arm) -> (stats, cell id) with the most sessions of that arm
         base = by_arm.get(("bf16", "graphed"))
         rows = []
         for quant in dict.fromkeys(c["quant"] for c in cells):

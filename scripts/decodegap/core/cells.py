@@ -30,7 +30,7 @@ def schema_with_keys(gpu_keys, model_keys) -> dict:
     d["attn_key"]["enum"] = sorted(registry.unit_names("attention"))
     d["quant_key"]["enum"] = sorted(registry.unit_names("weights"))
     d["mode_key"]["enum"] = list(MODE_NAMES)
-    d["ab_mode_key"]["enum"] = [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b]
+    d["ab_mode_key"]["enum"] = list(AB_MODES)
     return schema
 
 
@@ -92,7 +92,11 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
 
 
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
-MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused")
+MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused", "generate")
+# Engines that own their decode loop (transformers' `generate`): the session cannot interleave their
+# steps with another arm's, so they run as single-arm cells only, never in an A/B pair.
+OWN_LOOP = ("generate",)
+AB_MODES = tuple(f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b and a not in OWN_LOOP and b not in OWN_LOOP)
 PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 # The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
@@ -111,8 +115,12 @@ def arms_of(mode: str) -> list[str]:
     if mode.startswith("ab-"):
         arms = mode[3:].split("-")
         if len(arms) == 2 and all(a in MODE_NAMES for a in arms) and arms[0] != arms[1]:
+            owned = [a for a in arms if a in OWN_LOOP]
+            if owned:
+                raise ConfigError(f"mode '{mode}': {owned[0]} runs its own decode loop, so it is measured alone (mode '{owned[0]}'), "
+                                  "never as an arm of an A/B session")
             return arms
-    known = ", ".join(list(MODE_NAMES) + [LAYER_MODE] + [f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b])
+    known = ", ".join(list(MODE_NAMES) + [LAYER_MODE] + list(AB_MODES))
     raise ConfigError(f"unknown mode '{mode}' (known: {known})")
 
 
@@ -189,6 +197,10 @@ class Plan:
         fl = self.config.get("floor") or {}
         self.floor = [Cell(g, mo, c, fl["attn"], q, md) for g in fl.get("gpus", []) for mo in fl["models"] for c in fl["ctx"]
                       for q in fl["quant"] for md in fl["modes"]]
+        # Beyond the paper: engines that own their decode loop (transformers' generate), per model x ctx
+        en = self.config.get("engines") or {}
+        self.engines = [Cell(g, mo, c, en["attn"], q, md) for g in en.get("gpus", []) for mo in en["models"] for c in en["ctx"]
+                        for q in en["quant"] for md in en["modes"]]
         self._check_contexts()
         problems = manifest.tree_problems(self.root)
         if problems:
@@ -206,6 +218,8 @@ class Plan:
             self.wanted[c] = max(self.wanted.get(c, 0), qz["sessions"])
         for c in self.floor:
             self.wanted[c] = max(self.wanted.get(c, 0), fl["sessions"])
+        for c in self.engines:
+            self.wanted[c] = max(self.wanted.get(c, 0), en["sessions"])
         self.existing_sessions(self.matrix[0])  # scan every cell now: a stray file fails at parse time
 
     def _check_contexts(self) -> None:
@@ -213,7 +227,7 @@ class Plan:
         p = self.config["protocol"]
         steps = max(p["timed_steps"], p["ab_blocks"] * p["ab_block_steps"])
         headroom = 8 + p["warmup_steps"] + steps + p.get("profile_steps", 0) + 8  # as a session sizes its cache
-        for cell in dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor):
+        for cell in dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor + self.engines):
             why = self.models[cell.model].ctx_problem(cell.ctx, 0 if cell.mode == LAYER_MODE else headroom)
             if why:
                 raise ConfigError(f"config: cell {cell.dir}: {why}")
@@ -295,7 +309,7 @@ class Plan:
         return [paths.receipt_path(session=s, **cell.keys).as_posix() for s in self.missing_sessions(cell)]
 
     def cells(self) -> list[Cell]:
-        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor))
+        return list(dict.fromkeys(self.matrix + list(self.ab) + self.attention + self.quantization + self.floor + self.engines))
 
     def analysed(self, cells=None) -> list[Cell]:
         """Cells with something to analyse: recorded sessions, or sessions about to be measured."""
@@ -352,9 +366,12 @@ class Plan:
         r = self.config["report"]
         floor_bf16 = [c for c in self.floor if c.quant == "bf16"]
         floor_fused = [c for c in self.floor if c.quant == "bf16" or c.mode.endswith("-fused")]  # bf16's levers; every path's fused step
+        engine_groups = {(c.gpu, c.model, c.ctx) for c in self.engines}
         sets = {
             "matrix": self.matrix, "ab": list(self.ab), "matrix+ab": self.matrix + list(self.ab), "attention": self.attention,
             "quantization": self.quantization, "floor": self.floor, "none": [],
+            # the engines' own cells, and the floor experiment's arms (graphed, compiled, fused) at the same GPU, model and ctx
+            "engines": self.engines + [c for c in self.floor if (c.gpu, c.model, c.ctx) in engine_groups],
             "headline": [c for c in self.matrix + floor_fused if c.model == r["headline_model"] and c.ctx == r["headline_ctx"]],
             "anatomy": self.matrix + list(self.ab) + floor_fused,
         }

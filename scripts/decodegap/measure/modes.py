@@ -15,6 +15,9 @@ static   StaticCache, still one host launch per op: separates the cache's cost f
 graphed  StaticCache, the whole step captured once as a CUDA graph and replayed.
 compiled StaticCache, the step under torch.compile (Inductor fuses the small ops), captured as one
          CUDA graph; the compile's seconds are recorded (`compile_s`), never timed as steps.
+generate transformers' own `generate` loop with a static cache: its documented fast path (on CUDA
+         it compiles the decoding forward itself). The engine owns the loop, so the step is timed
+         inside it: from one token reaching the host (the streamer's put) to the next.
 fused    our own compact step (decodegap.measure.fused) on the same weights: on CUDA six Triton
          kernels a layer (decodegap.measure.fused_kernels), captured as one CUDA graph; before
          that its logits on the session's own prompt are checked against a float32 reference,
@@ -351,8 +354,120 @@ class FusedDecoder(_CompiledCapture):
         return int(self.token.item())
 
 
+class _StepClock:
+    """A `generate` streamer that times each step as the loop runs it: from one put (a token on the
+    host, generate's own read-back) to the next, the host probes and block probes run between puts
+    and outside the times. put #0 is the prompt, put #1 the prefill's token, then one per decode step."""
+
+    def __init__(self, plan: list, probe_iterations: int, block_probe):
+        from decodegap.measure.timing import cpu_probe_ms
+
+        self.plan = plan  # per decode step: (timer, block index or None)
+        self.probe = (lambda: cpu_probe_ms(probe_iterations)) if probe_iterations else (lambda: None)
+        self.block_probe = block_probe
+        self.block_probe_ms: list[float] = []
+        self.puts = 0
+        self.t_ns = self.c_ns = 0
+        self.before = None
+
+    def put(self, value) -> None:
+        t_ns, c_ns = time.perf_counter_ns(), time.thread_time_ns()
+        step = self.puts - 2
+        self.puts += 1
+        if 0 <= step < len(self.plan):
+            timer, block = self.plan[step]
+            timer.add(t_ns - self.t_ns, c_ns - self.c_ns, int(value.reshape(-1)[-1]), self.before, self.probe())
+        nxt = step + 1
+        if 0 <= nxt < len(self.plan):  # untimed: the next block's reading of the host core, the next step's probe
+            if self.plan[nxt][1] is not None and (nxt == 0 or self.plan[nxt - 1][1] != self.plan[nxt][1]):
+                self.block_probe_ms.append(self.block_probe())
+            self.before = self.probe()
+        self.t_ns, self.c_ns = time.perf_counter_ns(), time.thread_time_ns()
+
+    def end(self) -> None:
+        pass
+
+
+class GenerateDecoder(Decoder):
+    """transformers' `generate` with a static cache, greedy, as its documentation's fast path runs it.
+    The engine owns the decode loop: `run` does the warm-up and timed steps in one generate call
+    (prefill, then one step per token, each read back by generate itself), timed by _StepClock.
+    Before that, `prepare` makes one call that compiles what generate compiles and measures the
+    per-token time from two generation lengths (end to end, as benchmarks/floor_chase.py does)."""
+
+    mode = "generate"
+    owns_loop = True
+    TWO_LENGTHS = (8, 40)  # new tokens of the short and long call: ms/token = (t_long - t_short) / 32
+    REPEATS = 3
+
+    def __init__(self, model, max_cache_len: int):
+        self.model = model
+        self.max_cache_len = max_cache_len
+        self.input_ids = None
+        self.generated = 0
+        self.two_lengths = None
+        self.first_call_s = None
+
+    def _generate(self, new_tokens: int, streamer=None):
+        import copy
+
+        import torch
+
+        cfg = copy.deepcopy(self.model.generation_config)
+        # greedy, exactly new_tokens tokens: no end-of-sequence stop, no sampling processors
+        cfg.update(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=None, eos_token_id=None,
+                   pad_token_id=0, cache_implementation="static", temperature=None, top_p=None, top_k=None)
+        if self.input_ids.shape[1] + new_tokens > self.max_cache_len:
+            raise ValueError(f"{self.input_ids.shape[1]} + {new_tokens} tokens do not fit the cell's {self.max_cache_len} positions")
+        with torch.inference_mode():
+            out = self.model.generate(self.input_ids, attention_mask=torch.ones_like(self.input_ids), generation_config=cfg,
+                                      streamer=streamer)
+        self.generated = out.shape[1] - self.input_ids.shape[1]
+        return out
+
+    def prefill(self, input_ids) -> None:
+        """generate prefills in every call; this one call (one new token) is the arm's prefill."""
+        self.input_ids = input_ids
+        self._generate(1)
+
+    def prepare(self) -> int:
+        import statistics
+
+        t = time.perf_counter()
+        self._generate(self.TWO_LENGTHS[0])  # the first decoding call: generate compiles here (CUDA)
+        self.first_call_s = time.perf_counter() - t
+        times = {n: [] for n in self.TWO_LENGTHS}
+        for _ in range(self.REPEATS):
+            for n in self.TWO_LENGTHS:
+                t = time.perf_counter_ns()
+                self._generate(n)
+                times[n].append((time.perf_counter_ns() - t) / 1e6)
+        short, long_ = self.TWO_LENGTHS
+        per_token = (statistics.median(times[long_]) - statistics.median(times[short])) / (long_ - short)
+        self.two_lengths = {"new_tokens": list(self.TWO_LENGTHS), "call_ms": {str(n): v for n, v in times.items()},
+                            "ms_per_token": per_token}
+        return 0  # each call starts over from the prompt: no step of these counts towards the timed call's positions
+
+    def run(self, warm, timed, block_steps: int, block_probe) -> tuple[list[float], list[int]]:
+        """The warm-up steps into `warm` and the timed ones into `timed`, in blocks of `block_steps`,
+        all in one generate call; returns the host probe before each block and each step's block."""
+        n_timed = timed.capacity
+        plan = [(warm, None)] * warm.capacity + [(timed, i // block_steps) for i in range(n_timed)]
+        clock = _StepClock(plan, timed.probe_iterations, block_probe)
+        self._generate(len(plan) + 1, streamer=clock)  # +1: the prefill's token
+        return clock.block_probe_ms, [i // block_steps for i in range(n_timed)]
+
+    def final_position(self) -> int:
+        """Where the next token would go after the last call: the prompt plus every token fed back."""
+        return self.input_ids.shape[1] + self.generated - 1
+
+    def arm_record(self) -> dict:
+        return {**super().arm_record(), "engine": {"loop": "transformers generate (static cache, greedy)",
+                                                  "first_call_s": self.first_call_s, "two_lengths": self.two_lengths}}
+
+
 MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecoder, "compiled": CompiledDecoder,
-         "fused": FusedDecoder}
+         "fused": FusedDecoder, "generate": GenerateDecoder}
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 

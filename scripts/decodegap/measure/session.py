@@ -212,9 +212,10 @@ class Session:
                 log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s"
                     + (f" (compile {dec.compile_s:.1f} s)" if dec.compile_s is not None else ""))
             self.decoders[mode] = dec
+            clock = not getattr(dec, "owns_loop", False)  # an engine's own loop: host times only, no events
             if not self.layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
-                self.timers[mode] = StepTimer(self.device, self.timed_per_arm, self.protocol.step_probe_iterations)
-            self.warm[mode] = StepTimer(self.device, self.protocol.warmup_steps)
+                self.timers[mode] = StepTimer(self.device, self.timed_per_arm, self.protocol.step_probe_iterations, device_clock=clock)
+            self.warm[mode] = StepTimer(self.device, self.protocol.warmup_steps, device_clock=clock)
             self.arms.append({"mode": mode, "prefill": {"host_ms": host_ms, "device_ms": device_ms}, "prepare_steps": prepare_steps,
                               **dec.arm_record()})
             if dec.logit_check is not None:
@@ -233,6 +234,9 @@ class Session:
         gc.collect()
         gc.disable()  # a collection inside the loop would be timed as a slow step
         try:
+            if getattr(self.decoders[modes[0]], "owns_loop", False):  # one arm (cells.OWN_LOOP): its own loop runs it all
+                self._time_own_loop(modes[0])
+                return
             t = time.perf_counter()
             for mode in modes:
                 for _ in range(p.warmup_steps):
@@ -261,6 +265,25 @@ class Session:
             self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
         finally:
             gc.enable()
+        self._finish_arms(blocks)
+
+    def _time_own_loop(self, mode: str) -> None:
+        """An engine that owns its decode loop (transformers' generate): warm-up and timed steps in
+        one call of it, each step timed inside the loop, the host probes between steps, untimed."""
+        from decodegap.measure.environment import host_snapshot
+        from decodegap.measure.timing import PROBE_ITERATIONS, cpu_probe_ms
+
+        self.gpu_before_timed = self.snapshot()
+        self.host_before_timed = host_snapshot()
+        t = time.perf_counter()
+        probe_ms, block_of = self.decoders[mode].run(self.warm[mode], self.timers[mode], self.block_steps, cpu_probe_ms)
+        self._phase("timed", t)
+        log(f"{mode}: {len(self.warm[mode])} warm-up and {len(self.timers[mode])} timed steps in its own loop")
+        self.cpu_probe = {"iterations": PROBE_ITERATIONS, "ms_before_block": probe_ms}
+        self._finish_arms({mode: block_of})
+
+    def _finish_arms(self, blocks: dict) -> None:
+        p = self.protocol
         for arm in self.arms:
             mode, dec = arm["mode"], self.decoders[arm["mode"]]
             arm["warmup"] = self.warm[mode].samples()
@@ -282,6 +305,10 @@ class Session:
         t = time.perf_counter()
         for arm in self.arms:
             dec = self.decoders[arm["mode"]]
+            if getattr(dec, "owns_loop", False):  # no step of its own to profile: the loop is the engine's (no anatomy)
+                if self.attn.families and self.device == "cuda":
+                    self.fallbacks.append(f"{arm['mode']}: attention kernel not verified (an engine's own loop has no profiler pass)")
+                continue
             try:
                 arm["anatomy"] = profile_steps(dec, self.protocol.profile_steps, self.device)
             except Exception as exc:  # noqa: BLE001 - an untimed extra: its failure is recorded, the session stands

@@ -10,8 +10,9 @@ import torch
 
 
 class StepTimer:
-    def __init__(self, device_type: str, capacity: int, probe_iterations: int = 0):
-        self.cuda = device_type == "cuda"
+    def __init__(self, device_type: str, capacity: int, probe_iterations: int = 0, device_clock: bool = True):
+        # device_clock False: an engine that owns its loop reports its steps (add), with no events around them
+        self.cuda = device_type == "cuda" and device_clock
         self.capacity = capacity
         self.probe_iterations = probe_iterations
         self._probe_before: list[float] = []
@@ -47,6 +48,19 @@ class StepTimer:
             self._probe_after.append(cpu_probe_ms(self.probe_iterations))
         self.tokens.append(token)
         return token
+
+    def add(self, host_ns: int, cpu_ns: int, token: int, probe_before_ms: float | None = None,
+            probe_after_ms: float | None = None) -> None:
+        """One step timed by an engine's own loop (decodegap.measure.modes.GenerateDecoder): its host
+        and thread-CPU nanoseconds, its token, and the host probes run just before and after it."""
+        if len(self._host_ns) >= self.capacity:
+            raise RuntimeError(f"timer capacity {self.capacity} exceeded")
+        if self.probe_iterations:
+            self._probe_before.append(probe_before_ms)
+            self._probe_after.append(probe_after_ms)
+        self._host_ns.append(host_ns)
+        self._cpu_ns.append(cpu_ns)
+        self.tokens.append(token)
 
     def host_ms(self) -> list[float]:
         return [ns / 1e6 for ns in self._host_ns]

@@ -1,0 +1,98 @@
+"""llama.cpp as a decode engine (decodegap.measure.engines.llamacpp), on the CPU build of
+llama-cpp-python (`.ci/run` builds it from its source distribution; `make test` skips these where it
+is not installed): a GGUF file written from a transformers model's own weights decodes the very
+tokens of our static step, the step is llama.cpp's decode plus its greedy sampler, one position a
+step, and its own quantizer makes the 8- and 4-bit files whose bytes the file itself gives."""
+
+import pytest
+import torch
+
+from decodegap.core.config import load_models
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is built from source: envs/README.md (llama.cpp)")
+
+MODELS = load_models()
+
+
+def _pair(tmp_path, key, ctx=32):
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.engines.gguf_file import write_gguf
+    from decodegap.measure.engines.llamacpp import LlamaCppDecoder
+    from decodegap.measure.modes import StaticDecoder
+
+    card = MODELS[key]
+    model = build_model(card, "cpu", "sdpa", 0)
+    # Random weights attend almost uniformly, whatever q and k hold; sharpened, the attention depends
+    # on them, so a q/k row order that RoPE reads wrongly (llama's permutation, qwen2's none) shows.
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(10)
+            layer.self_attn.k_proj.weight.mul_(10)
+    out = write_gguf(card, tmp_path / f"{key}.gguf", file_type="f32", state_dict=model.state_dict())
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, ctx), generator=torch.Generator().manual_seed(5))
+    return card, model, out, prompt, LlamaCppDecoder(out["path"], 128, threads=1), StaticDecoder(model, 128)
+
+
+def test_a_gguf_of_the_models_own_weights_decodes_our_static_steps_tokens(tmp_path):
+    from decodegap.measure.timing import StepTimer
+
+    _, _, _, prompt, engine, static = _pair(tmp_path, "tiny-llama")
+    timers = {}
+    with torch.inference_mode():
+        for name, dec in (("llamacpp", engine), ("static", static)):
+            dec.prefill(prompt)
+            timers[name] = StepTimer("cpu", 24)
+            for _ in range(24):
+                timers[name].step(dec)  # launch (llama_decode of one token), read_token (the greedy sampler)
+    assert timers["llamacpp"].tokens == timers["static"].tokens and len(set(timers["llamacpp"].tokens)) > 5
+    assert engine.final_position() == 32 + 24 and static.final_position() == 32 + 24
+    assert all(ms > 0 for ms in timers["llamacpp"].host_ms())
+    engine.close()
+
+
+@pytest.mark.parametrize("key", ["tiny-llama", "tiny-qwen"])
+def test_the_rope_order_and_biases_give_transformers_logits(tmp_path, key):
+    _, model, _, prompt, engine, _ = _pair(tmp_path, key)
+    engine.prefill(prompt)
+    with torch.inference_mode():
+        ref = model(input_ids=prompt).logits[0, -1].float().numpy()
+    mine = engine.last_logits()
+    # the model computes in bf16 on the CPU, llama.cpp in float32: within bf16's rounding of the logits
+    assert mine.shape == ref.shape and abs(mine - ref).max() < 1e-2 * abs(ref).max()
+    engine.close()
+
+
+def test_llamas_quantizer_makes_smaller_files_and_refuses_to_overwrite(tmp_path):
+    from decodegap.measure.engines.gguf_file import stored_bytes, write_gguf
+    from decodegap.measure.engines.llamacpp import LlamaCppDecoder, build_info, quantize
+
+    # a card whose rows hold whole 32- and 256-value blocks, so every matrix takes the format
+    card = MODELS["tiny-llama"]
+    arch = {**card.architecture, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 64}
+    from decodegap.core.config import ModelCard
+
+    card = ModelCard(**{**vars(card), "architecture": arch})
+    f16 = write_gguf(card, tmp_path / "f16.gguf")
+    sizes = {"f16": stored_bytes(f16["path"])}
+    for fmt in ("q8_0", "q4_0", "q4_k_m"):
+        quantize(f16["path"], tmp_path / f"{fmt}.gguf", fmt, threads=1)
+        sizes[fmt] = stored_bytes(tmp_path / f"{fmt}.gguf")
+        assert sizes[fmt]["param_count"] == sizes["f16"]["param_count"]
+    step = {k: v["step_weight_bytes"] for k, v in sizes.items()}
+    assert step["f16"] > step["q8_0"] > step["q4_k_m"] > step["q4_0"]  # 16, 8.5, 4.5+, 4.5 bits a weight
+    assert 0.5 < step["q8_0"] / step["f16"] < 0.6 and "Q8_0" in sizes["q8_0"]["types"] and "Q4_0" in sizes["q4_0"]["types"]
+    before = (tmp_path / "q8_0.gguf").read_bytes()
+    with pytest.raises(FileExistsError):
+        quantize(f16["path"], tmp_path / "q8_0.gguf", "q8_0")
+    assert (tmp_path / "q8_0.gguf").read_bytes() == before
+    with pytest.raises(ValueError, match="q3_k.*one of"):
+        quantize(f16["path"], tmp_path / "x.gguf", "q3_k")
+    dec = LlamaCppDecoder(tmp_path / "q4_0.gguf", 64, threads=1)  # a quantized file decodes too
+    dec.prefill(list(range(3, 19)))
+    dec.launch()
+    assert 0 <= dec.read_token() < arch["vocab_size"] and dec.final_position() == 17
+    dec.close()
+    info = build_info()
+    assert info["engine"] == "llama.cpp" and info["llama_cpp_python"] and "CPU" in info["system_info"]
+    assert info["cuda_graphs"] is False  # a CPU build has no CUDA graphs, and says so
