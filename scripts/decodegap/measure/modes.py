@@ -389,7 +389,8 @@ class _StepClock:
 
 
 class GenerateDecoder(Decoder):
-    """transformers' `generate` with a static cache, greedy, as its documentation's fast path runs it.
+    """transformers' `generate` with a static cache, greedy, as its documentation's fast path runs it
+    (one StaticCache of the cell's positions, handed to every call).
     The engine owns the decode loop: `run` does the warm-up and timed steps in one generate call
     (prefill, then one step per token, each read back by generate itself), timed by _StepClock.
     Before that, `prepare` makes one call that compiles what generate compiles and measures the
@@ -407,21 +408,30 @@ class GenerateDecoder(Decoder):
         self.generated = 0
         self.two_lengths = None
         self.first_call_s = None
+        self.cache = None
 
     def _generate(self, new_tokens: int, streamer=None):
         import copy
 
         import torch
 
+        from transformers import StaticCache
+
         cfg = copy.deepcopy(self.model.generation_config)
         # greedy, exactly new_tokens tokens: no end-of-sequence stop, no sampling processors
         cfg.update(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=None, eos_token_id=None,
-                   pad_token_id=0, cache_implementation="static", temperature=None, top_p=None, top_k=None)
+                   pad_token_id=0, temperature=None, top_p=None, top_k=None)
         if self.input_ids.shape[1] + new_tokens > self.max_cache_len:
             raise ValueError(f"{self.input_ids.shape[1]} + {new_tokens} tokens do not fit the cell's {self.max_cache_len} positions")
+        # One static cache of the cell's size for every call, emptied before each: with
+        # cache_implementation="static" generate would size a cache per call (prompt + new tokens),
+        # so each length would compile its own step and attend over a different cache length.
+        if self.cache is None:
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        self.cache.reset()
         with torch.inference_mode():
             out = self.model.generate(self.input_ids, attention_mask=torch.ones_like(self.input_ids), generation_config=cfg,
-                                      streamer=streamer)
+                                      streamer=streamer, **{cache_kwarg(self.model): self.cache})
         self.generated = out.shape[1] - self.input_ids.shape[1]
         return out
 
@@ -458,8 +468,9 @@ class GenerateDecoder(Decoder):
         return clock.block_probe_ms, [i // block_steps for i in range(n_timed)]
 
     def final_position(self) -> int:
-        """Where the next token would go after the last call: the prompt plus every token fed back."""
-        return self.input_ids.shape[1] + self.generated - 1
+        """Where the next token goes after the last call, as the cache generate filled says: the
+        prompt plus every token fed back (a generate that sized a cache of its own leaves ours empty)."""
+        return int(self.cache.get_seq_length())
 
     def arm_record(self) -> dict:
         return {**super().arm_record(), "engine": {"loop": "transformers generate (static cache, greedy)",
