@@ -48,11 +48,11 @@ def test_the_engines_table_sets_generate_beside_graphed_compiled_and_fused(tmp_p
         assert value == pytest.approx(numbers[key]["value"]) and text == numbers[key]["text"], key
     # one graphed row per group (from whichever A/B cell has the most sessions), each fused path its row
     assert sum(k.startswith("engines/ms_per_step/") and k.endswith("/graphed/completed") for k in numbers) == 2
-    assert tex.count(r"decodegap fused step & \texttt{fp8}") == 2
+    assert tex.count(r"decodegap fused & \texttt{fp8}") == 2
     # the 16384 group's generate cell has no session: its row says so, the others stand
     ctx16 = tex[tex.index("ctx 16384"):]
-    assert r"transformers \texttt{generate}, static cache & \texttt{bf16} & \multicolumn{4}{l}{not measured}" in ctx16
-    assert r"\texttt{generate}, static cache & \texttt{bf16} & \dgnum{engines/ms_per_step/h200/qwen2.5-7b/ctx2048/" in tex
+    assert r"transformers \texttt{generate} & \texttt{bf16} & \multicolumn{4}{l}{not measured}" in ctx16
+    assert r"transformers \texttt{generate} & \texttt{bf16} & \dgnum{engines/ms_per_step/h200/qwen2.5-7b/ctx2048/" in tex
 
 
 def test_the_plan_measures_generate_alone_per_card_and_context(tmp_path):
