@@ -405,12 +405,11 @@ class GenerateDecoder(Decoder):
         self.model = model
         self.max_cache_len = max_cache_len
         self.input_ids = None
-        self.generated = 0
         self.two_lengths = None
         self.first_call_s = None
         self.cache = None
 
-    def _generate(self, new_tokens: int, streamer=None):
+    def _generate(self, new_tokens: int, streamer=None) -> None:
         import copy
 
         import torch
@@ -430,10 +429,8 @@ class GenerateDecoder(Decoder):
             self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
         self.cache.reset()
         with torch.inference_mode():
-            out = self.model.generate(self.input_ids, attention_mask=torch.ones_like(self.input_ids), generation_config=cfg,
-                                      streamer=streamer, **{cache_kwarg(self.model): self.cache})
-        self.generated = out.shape[1] - self.input_ids.shape[1]
-        return out
+            self.model.generate(self.input_ids, attention_mask=torch.ones_like(self.input_ids), generation_config=cfg,
+                                streamer=streamer, **{cache_kwarg(self.model): self.cache})
 
     def prefill(self, input_ids) -> None:
         """generate prefills in every call; this one call (one new token) is the arm's prefill."""

@@ -121,6 +121,7 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
         raise FileExistsError(f"{path}: exists; a GGUF file is written once")
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
+    a = card.architecture
     specs = tensor_specs(card)
     mat_dtype = np.float16 if file_type == "f16" else np.float32
     raw = {np.float16: gguf.GGMLQuantizationType.F16, np.float32: gguf.GGMLQuantizationType.F32}
@@ -139,7 +140,6 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
     for i, (name, shape, matrix) in enumerate(specs):
         dt = mat_dtype if matrix else np.float32
         if state_dict is not None:
-            a = card.architecture
             values = state_dict[transformers_name(name) if not (name == "output.weight" and a.get("tie_word_embeddings"))
                                 else "model.embed_tokens.weight"].detach().float()
             if ARCH[card.model_type] == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
@@ -159,19 +159,11 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
             say(f"gguf: {i + 1}/{len(specs)} tensors ({time.perf_counter() - t0:.0f} s)")
     writer.close()
     tmp.rename(path)
-    a = card.architecture
     step_bytes += a["hidden_size"] * np.dtype(mat_dtype).itemsize  # the one embedding row a step reads
     out = {"path": path.as_posix(), "file_bytes": path.stat().st_size, "tensors": len(specs), "param_count": params,
            "file_type": file_type, "step_weight_bytes": step_bytes, "seed": seed, "write_s": round(time.perf_counter() - t0, 2)}
     say(f"gguf: wrote {path} ({out['file_bytes'] / 1e9:.2f} GB, {params / 1e9:.3f} B params) in {out['write_s']:.1f} s")
     return out
-
-
-def read_tensor_bytes(path) -> dict[str, int]:
-    """Bytes of each tensor as the file stores it (any GGUF: llama.cpp's quantized ones too)."""
-    import gguf
-
-    return {t.name: int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors}
 
 
 def stored_bytes(path) -> dict:
