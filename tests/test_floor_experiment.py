@@ -79,6 +79,22 @@ def test_the_plan_measures_compiled_and_fused_per_card_context_and_path(tmp_path
     assert plan.floor_stats("bf16") == [] and plan.floor_cells()[0]["mode"] == "ab-graphed-compiled"
 
 
+def test_compiled_quant_limits_the_compiled_arm_to_its_paths_and_names_a_stray_path(tmp_path):
+    from conftest import small_config
+
+    from decodegap.core.cells import Plan, validate_config
+    from decodegap.core.errors import ConfigError
+
+    config = small_config()
+    config["floor"] = {"gpus": ["h200"], "models": ["qwen2.5-7b"], "ctx": [2048], "attn": "sdpa", "quant": ["bf16", "fp8"],
+                       "compiled_quant": ["bf16"], "modes": ["ab-graphed-compiled", "ab-graphed-fused"], "sessions": 2}
+    cells = {(c.quant, c.mode) for c in Plan(config, root=tmp_path).floor}
+    assert cells == {("bf16", "ab-graphed-compiled"), ("bf16", "ab-graphed-fused"), ("fp8", "ab-graphed-fused")}
+    config["floor"]["compiled_quant"] = ["bf16", "int4-tinygemm"]
+    with pytest.raises(ConfigError, match=r"floor\.compiled_quant\.1: 'int4-tinygemm' is not one of floor\.quant"):
+        validate_config(config)
+
+
 def test_a_path_that_does_not_compose_is_a_config_error_naming_the_key():
     from conftest import small_config
 

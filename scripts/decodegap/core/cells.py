@@ -83,6 +83,10 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
         raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(lines))
     load_gpus(gpus_yaml, overrides)  # field checks on the merged GPU table
     floor = config.get("floor") or {}
+    for i, q in enumerate(floor.get("compiled_quant") or []):
+        if q not in (floor.get("quant") or []):
+            raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  floor.compiled_quant.{i}: {q!r} is not one of "
+                              f"floor.quant ({', '.join(floor.get('quant') or [])}): a compiled arm is measured only for a path the floor measures")
     for i, q in enumerate(floor.get("quant") or []):
         if floor.get("gpus") and not registry.composes_with_compile(q):
             takes = ", ".join(n for n in registry.unit_names("weights") if registry.composes_with_compile(n))
@@ -195,8 +199,10 @@ class Plan:
             for md in qz["modes"]))
         # Beyond the paper: compiled and fused steps against graphed, per model x ctx x weight path.
         fl = self.config.get("floor") or {}
+        # A mode with a compiled arm only for the paths in compiled_quant (default: every path)
+        compiled_quant = fl.get("compiled_quant", fl.get("quant"))
         self.floor = [Cell(g, mo, c, fl["attn"], q, md) for g in fl.get("gpus", []) for mo in fl["models"] for c in fl["ctx"]
-                      for q in fl["quant"] for md in fl["modes"]]
+                      for q in fl["quant"] for md in fl["modes"] if "compiled" not in arms_of(md) or q in compiled_quant]
         # Beyond the paper: engines that own their decode loop (transformers' generate), per model x ctx
         en = self.config.get("engines") or {}
         self.engines = [Cell(g, mo, c, en["attn"], q, md) for g in en.get("gpus", []) for mo in en["models"] for c in en["ctx"]
