@@ -79,6 +79,18 @@ stage() {
   grep -E "cannot run|error|checking|wrote" /tmp/dg/logs/stage.log | cut -c1-220; [ -f /tmp/dg/stage-receipt.json ] || exit 3
   ENV=$(python3 -c 'import json; print(json.load(open("/tmp/dg/stage-receipt.json"))["record"])'); echo "$ENV" > /tmp/dg/.staged
 }
+# llama.cpp (the engines experiment's mode llamacpp), built once per machine from the trimmed source
+# distribution carried in .whl-llama/ with its build backend's wheels (envs/README.md: llama.cpp), for
+# sm_90 with CUDA graphs (llama.cpp's default); before `stage`, whose gguf-* checks load it
+buildllama() {
+  [ -f /tmp/site/.got.llama ] && { echo "llama.cpp: built on this machine already"; return; }
+  local t; t=$(date +%s)
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir --target /tmp/site \
+    "$TREE"/.whl-llama/llama_cpp_python-*-trimmed.tar.gz > /tmp/dg/logs/llama-build.log 2>&1; local rc=$?
+  echo "llama.cpp build rc $rc in $(( $(date +%s) - t )) s"
+  [ $rc = 0 ] && touch /tmp/site/.got.llama || tail -25 /tmp/dg/logs/llama-build.log
+}
 B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
 daemon() {
   [ -f /tmp/dg/daemon.pid ] && kill -0 "$(cat /tmp/dg/daemon.pid)" 2>/dev/null && { echo "daemon: already running"; return; }

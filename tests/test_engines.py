@@ -19,7 +19,8 @@ def _workspace(tmp_path):
     cells, files = [], []
     for ctx in (2048, 16384):
         for quant, mode, base_ms in (("bf16", "ab-graphed-compiled", 8.0), ("bf16", "ab-graphed-fused", 8.0),
-                                     ("fp8", "ab-graphed-fused", 8.0), ("bf16", "generate", 7.5)):
+                                     ("fp8", "ab-graphed-fused", 8.0), ("bf16", "generate", 7.5),
+                                     ("gguf-q8-0", "llamacpp", 5.0), ("gguf-q4-k-m", "llamacpp", 4.0)):
             cell = dict(gpu="h200", model="qwen2.5-7b", ctx=ctx, attn="sdpa", quant=quant, mode=mode)
             cells.append(cell)
             if mode == "generate" and ctx == 16384:
@@ -53,6 +54,11 @@ def test_the_engines_table_sets_generate_beside_graphed_compiled_and_fused(tmp_p
     ctx16 = tex[tex.index("ctx 16384"):]
     assert r"transformers \texttt{generate} & \texttt{bf16} & \multicolumn{4}{l}{not measured}" in ctx16
     assert r"transformers \texttt{generate} & \texttt{bf16} & \dgnum{engines/ms_per_step/h200/qwen2.5-7b/ctx2048/" in tex
+    # llama.cpp: a row per GGUF format, each from its own cell
+    for fmt in ("gguf-q8-0", "gguf-q4-k-m"):
+        key = f"engines/ms_per_step/h200/qwen2.5-7b/ctx2048/sdpa_{fmt}_llamacpp/llamacpp/completed"
+        value, text = provenance.recompute(numbers[key])
+        assert value == pytest.approx(numbers[key]["value"]) and tex.count(f"llama.cpp & \\texttt{{{fmt}}}") == 2
 
 
 def test_the_plan_measures_generate_alone_per_card_and_context(tmp_path):
@@ -97,3 +103,31 @@ def test_every_mode_names_the_attention_forms_the_environment_stage_checks():
 
     assert set(MODE_NAMES) | set(LAYER_ARMS) <= set(FORMS_OF_MODE)
     assert forms_needed("generate") == ("static",)
+
+
+def test_each_engine_gets_the_formats_it_reads_and_a_format_elsewhere_is_a_config_error_naming_the_key(tmp_path):
+    from conftest import small_config
+
+    from decodegap.core.cells import Plan, validate_config
+    from decodegap.core.errors import ConfigError
+
+    config = small_config()
+    config["engines"] = {"gpus": ["h200"], "models": ["qwen2.5-7b"], "ctx": [2048], "attn": "sdpa",
+                         "quant": ["bf16", "gguf-f16", "gguf-q4-k-m"], "modes": ["generate", "llamacpp"], "sessions": 2}
+    plan = Plan(config, root=tmp_path)
+    assert [(c.quant, c.mode) for c in plan.engines] == [("bf16", "generate"), ("gguf-f16", "llamacpp"), ("gguf-q4-k-m", "llamacpp")]
+    bad = dict(config["engines"], quant=["bf16", "gguf-f16"], modes=["generate"])
+    with pytest.raises(ConfigError, match=r"engines\.quant\.1: 'gguf-f16' makes no cell: weight path 'gguf-f16' is a file format of the engine 'llamacpp'"):
+        validate_config({**config, "engines": bad})
+    bad = dict(config["engines"], quant=["bf16"], modes=["generate", "llamacpp"])
+    with pytest.raises(ConfigError, match=r"engines\.modes\.1: 'llamacpp' makes no cell: mode 'llamacpp' runs its own model"):
+        validate_config({**config, "engines": bad})
+    with pytest.raises(ConfigError, match=r"matrix: weight path 'gguf-q8-0' is a file format of the engine 'llamacpp'"):
+        validate_config({**config, "matrix": {**config["matrix"], "quant": ["gguf-q8-0"]}})
+
+
+def test_the_session_command_refuses_a_format_its_mode_cannot_read(tmp_path, measure_main):
+    rc, rec, _ = measure_main(tmp_path, mode="static", quant="gguf-f16")
+    assert rc == 2 and rec is None
+    rc, rec, _ = measure_main(tmp_path, mode="llamacpp", quant="bf16")
+    assert rc == 2 and rec is None

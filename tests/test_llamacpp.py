@@ -96,3 +96,38 @@ def test_llamas_quantizer_makes_smaller_files_and_refuses_to_overwrite(tmp_path)
     info = build_info()
     assert info["engine"] == "llama.cpp" and info["llama_cpp_python"] and "CPU" in info["system_info"]
     assert info["cuda_graphs"] is False  # a CPU build has no CUDA graphs, and says so
+
+
+@pytest.mark.parametrize("quant", ["gguf-f16", "gguf-q8-0"])
+def test_a_llamacpp_session_times_llamas_own_step_on_the_cards_file_and_counts_its_bytes(tmp_path, monkeypatch, measure_main, quant):
+    """Mode llamacpp as a cell: the session writes (and quantizes) the card's GGUF file into the
+    machine's cache, times llama.cpp's decode plus sampler step by step under the protocol, and the
+    floor's bytes are the file's; the second session reuses the file."""
+    from decodegap.measure.engines.gguf_file import stored_bytes
+
+    monkeypatch.setenv("DECODEGAP_GGUF_DIR", str(tmp_path / "gguf"))
+    rc, rec, _ = measure_main(tmp_path, model="tiny-qwen", mode="llamacpp", quant=quant, session=0)
+    assert rc == 0 and rec["status"] == "valid", rec["reasons"]
+    (arm,) = rec["arms"]
+    assert arm["mode"] == "llamacpp" and "anatomy" not in arm and arm["timed"]["device_ms"] is None
+    assert len(arm["timed"]["host_ms"]) == rec["protocol"]["timed_steps"] and all(ms > 0 for ms in arm["timed"]["host_ms"])
+    assert arm["final_position"] == arm["expected_position"] == 32 + rec["protocol"]["warmup_steps"] + rec["protocol"]["timed_steps"]
+    engine = arm["engine"]
+    assert engine["build"]["engine"] == "llama.cpp" and engine["gguf"]["format"] == quant[5:].replace("-", "_")
+    assert engine["gguf"]["made_in_session"] is not None  # the first session made the file
+    fmt = quant[5:].replace("-", "_")
+    on_disk = stored_bytes(tmp_path / "gguf" / f"tiny-qwen-{fmt}.gguf")
+    assert rec["floor"]["weight_bytes"] == on_disk["tensor_bytes"]
+    assert rec["floor"]["weight_bytes_no_embedding"] == on_disk["tensor_bytes"] - on_disk["embedding_bytes"]
+    if fmt == "q8_0":
+        assert "Q8_0" in on_disk["types"] and rec["floor"]["weight_bytes"] < stored_bytes(tmp_path / "gguf" / "tiny-qwen-f16.gguf")["tensor_bytes"]
+    rc, again, _ = measure_main(tmp_path, model="tiny-qwen", mode="llamacpp", quant=quant, session=1)
+    assert rc == 0 and again["arms"][0]["engine"]["gguf"]["made_in_session"] is None  # the cache's file, not a new one
+    assert again["floor"]["weight_bytes"] == rec["floor"]["weight_bytes"]
+
+
+def test_the_environment_stage_checks_each_gguf_format_with_llamacpp_itself():
+    from decodegap.measure.weights import get_weight_path
+
+    for quant in ("gguf-f16", "gguf-q4-0"):
+        assert get_weight_path(quant).check("cpu") is None, quant

@@ -9,7 +9,7 @@ import matplotlib.ticker
 
 from decodegap.analysis import style as S
 from decodegap.analysis.tables_common import _cell_id, best_arms, load_stats
-from decodegap.analysis.tables_engines import ENGINES, SCOPE
+from decodegap.analysis.tables_engines import ENGINES, PER_PATH, SCOPE, engine_paths
 from decodegap.core.cells import arms_of
 
 
@@ -37,14 +37,13 @@ def engines(stats_files, plan_cells: list[dict], gpus: dict, models: dict, outpu
     for ax, (gpu, model, ctx) in zip(axes, groups):
         cells = [c for c in plan_cells if (c["gpu"], c["model"], c["ctx"]) == (gpu, model, ctx)]
         best = best_arms(cells, stats, SCOPE)
-        fused_paths = list(dict.fromkeys(c["quant"] for c in cells if "fused" in arms_of(c["mode"])))
         labels, floor_ms, right, intervals = [], None, 0.0, []
         for engine, arm in ENGINES:
             if not any(arm in arms_of(c["mode"]) for c in cells):
                 continue
-            for quant in (fused_paths if arm == "fused" else ["bf16"]):
+            for quant in engine_paths(cells, arm):
                 y = len(labels)
-                labels.append(S.short(f"{S.mode_style(arm).label}" + (f" {quant}" if arm == "fused" else ""), 22))
+                labels.append(S.short(f"{S.mode_style(arm).label}" + (f" {quant.removeprefix('gguf-')}" if arm in PER_PATH else ""), 22))
                 hit = best.get((quant, arm))
                 if hit is None:
                     ax.text(0.02, y, "not measured", transform=ax.get_yaxis_transform(), va="center", fontsize=6.5, color="0.4")
@@ -53,7 +52,7 @@ def engines(stats_files, plan_cells: list[dict], gpus: dict, models: dict, outpu
                 if quant == "bf16" and floor_ms is None:
                     floor_ms = a.get("t_floor_ms")  # the bf16 step's floor: the line every row is read against
                 st = S.mode_style(arm)
-                marker = S.weight_style(quant).marker if arm == "fused" and quant != "bf16" else st.marker
+                marker = S.weight_style(quant).marker if arm in PER_PATH and quant != "bf16" else st.marker
                 ax.scatter([a["median_ms"]], [y], s=S.area(st), zorder=3, gid=S.gid("mode", arm),
                            **{**S.filled(st), "marker": marker})
                 seen[arm] = st

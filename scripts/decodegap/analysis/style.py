@@ -65,6 +65,7 @@ MODE_STYLE = {
     "compiled": Style("#CC79A7", "^", "compiled", "--"),
     "fused": Style("#009E73", "*", "fused", ":"),
     "generate": Style("#000000", "h", "generate", "-."),  # transformers' own loop (an engine, not a step of ours)
+    "llamacpp": Style("#6A3D9A", "d", "llama.cpp", "-."),  # llama.cpp on a GGUF file (an engine with its own kernels)
     "layer-op": Style("#A0522D", "v", "op by op"),
     "layer-graphed": Style("#56B4E9", "P", "graphed"),
 }
@@ -79,6 +80,11 @@ WEIGHT_STYLE = {
     "gptq-exllamav2": Style("#AA4499", "D", "gptq-exllamav2"),
     "fp8": Style("#88CCEE", "X", "fp8"),
     "int4-triton": Style("#44AA99", "p", "int4-triton"),
+    # llama.cpp's GGUF formats (Paul Tol's light colours)
+    "gguf-f16": Style("#77AADD", ">", "gguf-f16"),
+    "gguf-q8-0": Style("#EE8866", "<", "gguf-q8-0"),
+    "gguf-q4-0": Style("#FFAABB", "8", "gguf-q4-0"),
+    "gguf-q4-k-m": Style("#AAAA00", "H", "gguf-q4-k-m"),
 }
 # Attention paths (decodegap/measure/attention/).
 ATTENTION_STYLE = {

@@ -1,8 +1,8 @@
 """Engines at batch 1 (re-exported by decodegap.analysis.tables): for each GPU, model and context of
 the engines experiment, every way of running the decode step the project measures, side by side:
 transformers' step replayed from a CUDA graph, transformers' own `generate` loop with a static cache
-(its documented fast path, mode generate), the transformers step under torch.compile, and
-decodegap's fused step per weight path. Each row is one arm of the cell that has the most completed
+(its documented fast path, mode generate), the transformers step under torch.compile, llama.cpp on
+the card's GGUF file per format (mode llamacpp), and decodegap's fused step per weight path. Each row is one arm of the cell that has the most completed
 sessions of it (the graphed, compiled and fused arms come from the floor experiment's A/B cells)."""
 
 from __future__ import annotations
@@ -11,14 +11,22 @@ from markupsafe import Markup
 
 from decodegap.analysis.latex import NumberLog, environment
 from decodegap.analysis.tables_common import NOT_MEASURED, PORTRAIT_LINES, _cell_id, _write, best_arms, load_stats, paginate
-from decodegap.core.cells import arms_of
+from decodegap.core.cells import OWN_MODEL, arms_of
 
 SCOPE = "completed"
 FEW = Markup(r"\textsuperscript{$\dagger$}")
 # (engine as the table names it, the arm that runs it); the fused step gets a row per weight path
 # (short: the table sits in a portrait column beside an interval per row; the caption says what each is)
 ENGINES = (("transformers graphed", "graphed"), ("transformers \\texttt{generate}", "generate"),
-           ("transformers compiled", "compiled"), ("decodegap fused", "fused"))
+           ("transformers compiled", "compiled"), ("llama.cpp", "llamacpp"), ("decodegap fused", "fused"))
+PER_PATH = ("fused",) + OWN_MODEL  # arms with a row per weight path or file format (the others: bf16)
+
+
+def engine_paths(cells: list[dict], arm: str) -> list[str]:
+    """The weight paths (or an engine's file formats) an arm gets a row for in one group of cells."""
+    if arm not in PER_PATH:
+        return ["bf16"]
+    return list(dict.fromkeys(c["quant"] for c in cells if arm in arms_of(c["mode"])))
 
 
 def engines_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
@@ -30,13 +38,12 @@ def engines_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict,
     for gpu, model, ctx in dict.fromkeys((c["gpu"], c["model"], c["ctx"]) for c in plan_cells):
         cells = [c for c in plan_cells if (c["gpu"], c["model"], c["ctx"]) == (gpu, model, ctx)]
         best = best_arms(cells, stats, SCOPE)
-        fused_paths = list(dict.fromkeys(c["quant"] for c in cells if "fused" in arms_of(c["mode"])))
         rows = []
         for engine, arm in ENGINES:
             planned = [c for c in cells if arm in arms_of(c["mode"])]
             if not planned:
                 continue  # not part of this configuration
-            for quant in (fused_paths if arm == "fused" else ["bf16"]):
+            for quant in engine_paths(cells, arm):
                 row = {"engine": Markup(engine), "path": quant}
                 hit = best.get((quant, arm))
                 if hit is None:

@@ -82,6 +82,25 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
                 lines.append(f"{where}: {e.message}")
         raise ConfigError("config does not match workflow/schemas/config.schema.yaml:\n  " + "\n  ".join(lines))
     load_gpus(gpus_yaml, overrides)  # field checks on the merged GPU table
+    engines = config.get("engines") or {}
+    for key, values, partners in (("modes", engines.get("modes") or [], engines.get("quant") or []),
+                                  ("quant", engines.get("quant") or [], engines.get("modes") or [])):
+        for i, v in enumerate(values):  # each engine reads some listed format, and each format has its engine
+            pairs = [(v, o) if key == "modes" else (o, v) for o in partners]
+            if pairs and all(mode_quant_problem(m, q) for m, q in pairs):
+                raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  engines.{key}.{i}: {v!r} makes no cell: "
+                                  + mode_quant_problem(*pairs[0]))
+    for i, exp in enumerate(config.get("ab") or []):
+        why = mode_quant_problem(exp.get("mode", ""), exp.get("quant", "bf16")) if exp.get("mode", "").startswith("ab-") else None
+        if why:
+            raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  ab.{i}: {why}")
+    for section in ("matrix", "quantization", "floor"):
+        sec = config.get(section) or {}
+        for q in sec.get("quant") or sec.get("paths") or []:
+            for md in sec.get("modes") or []:
+                why = mode_quant_problem(md, q)
+                if why:
+                    raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  {section}: {why}")
     floor = config.get("floor") or {}
     for i, q in enumerate(floor.get("compiled_quant") or []):
         if q not in (floor.get("quant") or []):
@@ -96,11 +115,28 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
 
 
 # The decode modes (decodegap.measure.modes.MODES implements each); an A/B mode is ab-<arm>-<arm>.
-MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused", "generate")
+MODE_NAMES = ("eager", "static", "graphed", "compiled", "fused", "generate", "llamacpp")
 # Engines that own their decode loop (transformers' `generate`): the session cannot interleave their
 # steps with another arm's, so they run as single-arm cells only, never in an A/B pair.
 OWN_LOOP = ("generate",)
-AB_MODES = tuple(f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b and a not in OWN_LOOP and b not in OWN_LOOP)
+# Engines that run their own model (llama.cpp on a GGUF file): no transformers model to share with
+# another arm, so single-arm cells too, and their weights are the engine's own formats.
+OWN_MODEL = ("llamacpp",)
+SINGLE_ARM = OWN_LOOP + OWN_MODEL
+AB_MODES = tuple(f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b and a not in SINGLE_ARM and b not in SINGLE_ARM)
+
+
+def mode_quant_problem(mode: str, quant: str) -> str | None:
+    """Why a mode cannot run a weight path, or None: llama.cpp reads only its GGUF formats (the
+    weight paths whose unit names an `ENGINE = "llamacpp"`), and no other mode reads those."""
+    engine = registry.weight_engine(quant)
+    arms = [mode] if mode in MODE_NAMES else []
+    if mode in OWN_MODEL and engine != mode:
+        takes = ", ".join(n for n in registry.unit_names("weights") if registry.weight_engine(n) == mode)
+        return f"mode '{mode}' runs its own model from a file in one of its formats ({takes}), not the weight path '{quant}'"
+    if engine is not None and engine not in arms:
+        return f"weight path '{quant}' is a file format of the engine '{engine}': only mode '{engine}' runs it, not '{mode}'"
+    return None
 PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 # The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
@@ -119,9 +155,10 @@ def arms_of(mode: str) -> list[str]:
     if mode.startswith("ab-"):
         arms = mode[3:].split("-")
         if len(arms) == 2 and all(a in MODE_NAMES for a in arms) and arms[0] != arms[1]:
-            owned = [a for a in arms if a in OWN_LOOP]
+            owned = [a for a in arms if a in SINGLE_ARM]
             if owned:
-                raise ConfigError(f"mode '{mode}': {owned[0]} runs its own decode loop, so it is measured alone (mode '{owned[0]}'), "
+                what = "decode loop" if owned[0] in OWN_LOOP else "model"
+                raise ConfigError(f"mode '{mode}': {owned[0]} runs its own {what}, so it is measured alone (mode '{owned[0]}'), "
                                   "never as an arm of an A/B session")
             return arms
     known = ", ".join(list(MODE_NAMES) + [LAYER_MODE] + list(AB_MODES))
@@ -200,13 +237,14 @@ class Plan:
         # Beyond the paper: compiled and fused steps against graphed, per model x ctx x weight path.
         fl = self.config.get("floor") or {}
         # A mode with a compiled arm only for the paths in compiled_quant (default: every path)
-        compiled_quant = fl.get("compiled_quant", fl.get("quant"))
+        compiled_quant = fl["quant"] if fl.get("compiled_quant") is None else fl["compiled_quant"]
         self.floor = [Cell(g, mo, c, fl["attn"], q, md) for g in fl.get("gpus", []) for mo in fl["models"] for c in fl["ctx"]
                       for q in fl["quant"] for md in fl["modes"] if "compiled" not in arms_of(md) or q in compiled_quant]
         # Beyond the paper: engines that own their decode loop (transformers' generate), per model x ctx
         en = self.config.get("engines") or {}
+        # each engine with the formats it reads (generate: bf16; llamacpp: its GGUF formats)
         self.engines = [Cell(g, mo, c, en["attn"], q, md) for g in en.get("gpus", []) for mo in en["models"] for c in en["ctx"]
-                        for q in en["quant"] for md in en["modes"]]
+                        for q in en["quant"] for md in en["modes"] if mode_quant_problem(md, q) is None]
         self._check_contexts()
         problems = manifest.tree_problems(self.root)
         if problems:

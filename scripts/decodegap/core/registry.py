@@ -43,3 +43,10 @@ def composes_with_compile(name: str) -> bool:
     with a module-level `COMPOSES_WITH_COMPILE = True` (the unit's class reads the same constant)."""
     module = unit_names("weights").get(name)
     return module is not None and bool(_module_literals(MEASURE_DIR / "weights" / f"{module}.py").get("COMPOSES_WITH_COMPILE"))
+
+
+def weight_engine(name: str) -> str | None:
+    """The engine whose own file format a weight path is (a unit's module-level `ENGINE = "llamacpp"`),
+    or None for a path that transformers' model runs."""
+    module = unit_names("weights").get(name)
+    return _module_literals(MEASURE_DIR / "weights" / f"{module}.py").get("ENGINE") if module else None

@@ -48,6 +48,9 @@ class Decoder:
 
     mode = ""
     own_attention = False
+    owns_loop = False  # an engine that runs warm-up and timed steps in one call of its own (run())
+    device_clock = True  # CUDA events around each step on torch's stream (False: an engine on a stream of its own, or its own loop)
+    profiled = True  # a torch step the profiler pass can take apart (False: an engine's own loop or kernels)
     compile_s: float | None = None
     compile_cache: dict | None = None
     step_info: dict | None = None
@@ -398,6 +401,8 @@ class GenerateDecoder(Decoder):
 
     mode = "generate"
     owns_loop = True
+    device_clock = False
+    profiled = False
     TWO_LENGTHS = (8, 40)  # new tokens of the short and long call: ms/token = (t_long - t_short) / 32
     REPEATS = 3
 
@@ -475,7 +480,8 @@ class GenerateDecoder(Decoder):
 
 
 MODES = {"eager": EagerDecoder, "static": StaticDecoder, "graphed": GraphedDecoder, "compiled": CompiledDecoder,
-         "fused": FusedDecoder, "generate": GenerateDecoder}
+         "fused": FusedDecoder, "generate": GenerateDecoder,
+         "llamacpp": None}  # built by the session from the card's GGUF file (decodegap.measure.engines.llamacpp), no transformers model
 assert tuple(MODES) == MODE_NAMES, "decodegap.core.cells.MODE_NAMES lists the modes the analysis knows"
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from decodegap.core import paths
 from decodegap.core.config import GPUS_YAML, MODELS_YAML, load_gpu, load_models, lookup
 from decodegap.core.errors import CellNotPossible, ConfigError, DecodegapError, SessionExists
-from decodegap.core.cells import LAYER_ARMS
+from decodegap.core.cells import LAYER_ARMS, OWN_MODEL
 from decodegap.core.protocol import Protocol, layer_block_steps
 from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_EXISTS, EXIT_RECORDED, classify_expected
 
@@ -111,6 +111,8 @@ class Session:
         self.arm_modes, self.attn, self.weights = arm_modes, attn, weights
         self.device = "cuda" if gpu.device == "cuda" else "cpu"
         self.layer = arm_modes[0] in LAYER_ARMS  # the attention microbenchmark: no model, one call per layer
+        self.own_model = arm_modes[0] in OWN_MODEL  # an engine on its own model file (llama.cpp): no transformers model
+        self.gguf: dict | None = None
         self.single = len(arm_modes) == 1
         self.phases_s: dict[str, float] = {}
         self.arms: list[dict] = []
@@ -170,6 +172,14 @@ class Session:
         self.model, self.from_dense = None, {}
         if self.layer:
             stored = StoredWeights(0, 0, 0)
+        elif self.own_model:  # llama.cpp: the card's GGUF file in the cell's format, its bytes from the file
+            from decodegap.measure.engines.llamacpp import gguf_for
+
+            self.gguf = gguf_for(self.card, self.weights.format, self.device, log)
+            g = self.gguf
+            stored = StoredWeights(g["tensor_bytes"], g["tensor_bytes"] - g["embedding_bytes"], g["param_count"])
+            if self.device == "cuda":
+                torch.cuda.empty_cache()  # the bandwidth probe's buffers: llama.cpp allocates outside torch
         else:
             model = build_model(self.card, self.device, self.attn.attn_implementation, self.seed)
             self.model, self.from_dense = pack(model, self.weights, self.arm_modes, self.max_cache_len, self.launch_shapes)
@@ -201,6 +211,11 @@ class Session:
             if self.layer:
                 dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
                 dec = make_layer_decoder(mode, self.card, self.attn, self.args.ctx, self.device, dtype, self.seed)
+            elif self.own_model:
+                from decodegap.measure.engines.llamacpp import LlamaCppDecoder
+
+                dec = LlamaCppDecoder(self.gguf["path"], self.max_cache_len)
+                dec.gguf = {k: v for k, v in self.gguf.items() if k != "path"} | {"file": Path(self.gguf["path"]).name}
             else:
                 dec = make_decoder(mode, self.model, self.max_cache_len, self.from_dense.get(mode))
             _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
@@ -212,7 +227,7 @@ class Session:
                 log(f"prepare [{mode}]: {prepare_steps} capture warm-up steps + capture in {self._phase('prepare', t):.2f} s"
                     + (f" (compile {dec.compile_s:.1f} s)" if dec.compile_s is not None else ""))
             self.decoders[mode] = dec
-            clock = not getattr(dec, "owns_loop", False)  # an engine's own loop: host times only, no events
+            clock = dec.device_clock  # an engine's own loop or stream: host times only, no events
             if not self.layer:  # a layer session sizes its timers after the warm-up (layer_block_steps)
                 self.timers[mode] = StepTimer(self.device, self.timed_per_arm, self.protocol.step_probe_iterations, device_clock=clock)
             self.warm[mode] = StepTimer(self.device, self.protocol.warmup_steps, device_clock=clock)
@@ -234,7 +249,7 @@ class Session:
         gc.collect()
         gc.disable()  # a collection inside the loop would be timed as a slow step
         try:
-            if getattr(self.decoders[modes[0]], "owns_loop", False):  # one arm (cells.OWN_LOOP): its own loop runs it all
+            if self.decoders[modes[0]].owns_loop:  # one arm (cells.OWN_LOOP): its own loop runs it all
                 self._time_own_loop(modes[0])
                 return
             t = time.perf_counter()
@@ -305,8 +320,8 @@ class Session:
         t = time.perf_counter()
         for arm in self.arms:
             dec = self.decoders[arm["mode"]]
-            if getattr(dec, "owns_loop", False):  # no step of its own to profile: the loop is the engine's (no anatomy)
-                if self.attn.families and self.device == "cuda":
+            if not dec.profiled:  # an engine's own loop or kernels: no torch step to take apart (no anatomy)
+                if self.attn.families and self.device == "cuda" and not dec.own_attention:
                     self.fallbacks.append(f"{arm['mode']}: attention kernel not verified (an engine's own loop has no profiler pass)")
                 continue
             try:
@@ -383,6 +398,11 @@ def main(argv=None) -> int:
         from decodegap.measure.weights import get_weight_path
 
         attn, weights, arm_modes = get_attention_path(args.attn), get_weight_path(args.quant), arms_of(args.mode)
+        from decodegap.core.cells import mode_quant_problem
+
+        mismatch = mode_quant_problem(args.mode, args.quant)
+        if mismatch:
+            raise ConfigError(f"--mode {args.mode} --quant {args.quant}: {mismatch}")
         env_record = ruled = None
         if args.environment:
             from decodegap.measure.setup import read_record, ruled_out

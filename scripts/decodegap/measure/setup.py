@@ -53,7 +53,7 @@ CHECK_LAYOUT = "28/4/128"  # query heads/KV heads/head dim: Qwen-2.5-7B's, when 
 CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TORCH_EXTENSIONS_DIR": "torch_extensions",
                    "FLASHINFER_WORKSPACE_BASE": "flashinfer"}  # FlashInfer JIT-builds its kernels under <base>/.cache/flashinfer
 # The attention call each arm makes: the layer microbenchmark calls the dynamic-cache form.
-FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",), "compiled": ("static",), "fused": ("static",), "generate": ("static",), "layer-op": ("dynamic",), "layer-graphed": ("dynamic",)}
+FORMS_OF_MODE = {"eager": ("dynamic",), "static": ("static",), "graphed": ("static",), "compiled": ("static",), "fused": ("static",), "generate": ("static",), "llamacpp": (), "layer-op": ("dynamic",), "layer-graphed": ("dynamic",)}
 
 
 _T0 = time.monotonic()

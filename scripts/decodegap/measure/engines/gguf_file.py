@@ -176,7 +176,7 @@ def stored_bytes(path) -> dict:
     emb = by_name["token_embd.weight"]
     rows = int(emb.shape[-1])  # GGUF shapes are ggml's ne: (columns, rows)
     total = sum(int(t.n_bytes) for t in reader.tensors)
-    return {"file_bytes": Path(path).stat().st_size, "tensor_bytes": total,
+    return {"file_bytes": Path(path).stat().st_size, "tensor_bytes": total, "embedding_bytes": int(emb.n_bytes),
             "step_weight_bytes": total - int(emb.n_bytes) + int(emb.n_bytes) // rows,
             "param_count": sum(int(t.n_elements) for t in reader.tensors),
             "types": sorted({t.tensor_type.name for t in reader.tensors})}

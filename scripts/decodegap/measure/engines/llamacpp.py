@@ -18,13 +18,20 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import time
 from pathlib import Path
 
 from decodegap.measure.modes import Decoder
+from decodegap.measure.weights.base import WeightPath
 
 # llama.cpp's file types (llama.h, enum llama_ftype) by the name decodegap gives the format
 FORMATS = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}
 QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
+# bytes per weight of a format's matrices, for sizing the cache before writing (q4_k_m mixes q4_K and q6_K)
+APPROX_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 0.61}
+GGUF_DIR_VARIABLE = "DECODEGAP_GGUF_DIR"  # where a machine keeps the cards' GGUF files (a cache: remade on demand)
+GGUF_SEED = 0  # the random weights of every GGUF file (step time depends on shapes and format, not values)
+INSTALL = "llama-cpp-python==0.3.36 built from its source distribution (envs/README.md: llama.cpp)"
 
 
 def _lib():
@@ -46,6 +53,116 @@ def build_info() -> dict:
     return {"engine": "llama.cpp", "llama_cpp_python": getattr(L, "__version__", None), "system_info": info.strip(),
             "gpu_offload": bool(L.llama_supports_gpu_offload()), "cuda_graphs_built": built,
             "cuda_graphs": built and not os.environ.get("GGML_CUDA_DISABLE_GRAPHS")}
+
+
+def gguf_dir() -> Path:
+    return Path(os.environ.get(GGUF_DIR_VARIABLE) or Path.home() / ".cache" / "decodegap" / "gguf")
+
+
+def _make_room(directory: Path, keep: set[str], need_bytes: float, log) -> None:
+    """Delete the cache's other GGUF files, oldest first, until `need_bytes` fit with 2 GB to spare:
+    a 7-8B card's three formats are about 30 GB, and a lent GPU's disk holds two cards' at most."""
+    import shutil
+
+    others = sorted((p for p in directory.glob("*.gguf") if p.name not in keep), key=lambda p: p.stat().st_mtime)
+    while shutil.disk_usage(directory).free < need_bytes + 2e9 and others:
+        victim = others.pop(0)
+        log(f"gguf cache: removing {victim.name} ({victim.stat().st_size / 1e9:.1f} GB) to make room")
+        victim.unlink()
+
+
+def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> dict:
+    """The card's GGUF file in format `fmt` from this machine's cache (gguf_dir()), made if absent:
+    the f16 file written from the card with random weights (seed GGUF_SEED, drawn on `device`), the
+    other formats quantized from it by llama.cpp's own quantizer. One process makes a file at a time
+    (a lock file); returns the path, how it was had and its bytes as the file holds them."""
+    import fcntl
+
+    from decodegap.measure.engines.gguf_file import stored_bytes, tensor_specs, write_gguf
+
+    say = log or (lambda msg: None)
+    if fmt not in FORMATS:
+        raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(FORMATS)}")
+    directory = gguf_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path, f16 = directory / f"{card.key}-{fmt}.gguf", directory / f"{card.key}-f16.gguf"
+    made: dict = {}
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            params = sum(int(__import__("math").prod(shape)) for _, shape, _ in tensor_specs(card))
+            need = (0 if f16.exists() else 2 * params) + (0 if fmt == "f16" else APPROX_BYTES_PER_WEIGHT[fmt] * params)
+            _make_room(directory, {path.name, f16.name}, need, say)
+            if not f16.exists():
+                made["write"] = write_gguf(card, f16, seed=GGUF_SEED, device=device, log=say)
+            if fmt != "f16":
+                t = time.perf_counter()
+                quantize(f16, path, fmt)
+                made["quantize_s"] = round(time.perf_counter() - t, 2)
+                say(f"gguf: quantized {f16.name} to {fmt} in {made['quantize_s']:.1f} s")
+            os.utime(path)
+    return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None, **stored_bytes(path)}
+
+
+class GgufFormat(WeightPath):
+    """A weight path that is one of llama.cpp's own file formats: the mode llamacpp reads the card's
+    GGUF file in it (gguf_for), and no transformers model runs it. A unit file per format
+    (decodegap/measure/weights/gguf_*.py) holds one, with `ENGINE = "llamacpp"` for the config."""
+
+    package = "llama-cpp-python"
+    module = "llama_cpp"
+    install = INSTALL
+    engine = "llamacpp"
+
+    def __init__(self, fmt: str):
+        if fmt not in FORMATS:
+            raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(FORMATS)}")
+        self.format, self.name = fmt, "gguf-" + fmt.replace("_", "-")
+
+    def check(self, device: str) -> str | None:
+        """The environment stage's check: llama.cpp here loads a tiny card's file in this format
+        (on the GPU, every layer offloaded), and greedy decode runs with finite logits, one position a step."""
+        import math
+        import tempfile
+
+        why = self.unavailable(device)
+        if why:
+            return why
+        info = build_info()
+        if device == "cuda" and not info["gpu_offload"]:
+            return f"llama.cpp here has no GPU backend (built without CUDA; system info: {info['system_info'][:160]}); {INSTALL}"
+        from decodegap.core.config import load_models
+        from decodegap.measure.engines.gguf_file import write_gguf
+
+        card = load_models()["tiny-llama"]
+        with tempfile.TemporaryDirectory() as tmp:
+            src = write_gguf(card, Path(tmp) / "f16.gguf", seed=0)["path"]
+            path = src
+            if self.format != "f16":
+                path = Path(tmp) / f"{self.format}.gguf"
+                quantize(src, path, self.format)
+            dec = LlamaCppDecoder(path, 64)
+            try:
+                dec.prefill(list(range(3, 19)))
+                for _ in range(4):
+                    dec.launch()
+                    dec.read_token()
+                logits = dec.last_logits()
+                if not all(math.isfinite(float(v)) for v in logits):
+                    return "llama.cpp's logits are not finite on a tiny card"
+                if dec.final_position() != 16 + 4:
+                    return f"llama.cpp's cache holds {dec.final_position()} positions after 16 + 4 tokens"
+            finally:
+                dec.close()
+        return None
+
+    def prepare(self, model):
+        raise ValueError(f"{self.name} is a file format of llama.cpp: only mode llamacpp runs it")
+
+    def bytes_per_layer(self, n: int, k: int) -> int:
+        if self.format == "q4_k_m":
+            raise ValueError("q4_k_m mixes q4_K and q6_K by tensor: its bytes come from the file")
+        return int(n * k * APPROX_BYTES_PER_WEIGHT[self.format])
 
 
 def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
@@ -72,9 +189,12 @@ class LlamaCppDecoder(Decoder):
 
     mode = "llamacpp"
     own_attention = True  # its attention kernels are llama.cpp's, never the cell's attention path
+    device_clock = False  # its kernels run on llama.cpp's own CUDA stream: host times (each step read back) only
+    profiled = False  # no torch step to profile
 
     def __init__(self, gguf_path, max_cache_len: int, n_gpu_layers: int = -1, flash_attn: int = -1, threads: int | None = None):
         L = self.L = _lib()
+        self.n_gpu_layers, self.flash_attn, self.max_cache_len = n_gpu_layers, flash_attn, max_cache_len
         L.llama_backend_init()
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
@@ -126,6 +246,12 @@ class LlamaCppDecoder(Decoder):
 
     def final_position(self) -> int:
         return int(self.L.llama_memory_seq_pos_max(self.L.llama_get_memory(self.ctx), 0)) + 1
+
+    def arm_record(self) -> dict:
+        return {**super().arm_record(), "engine": {"loop": "llama.cpp: llama_decode of one token, then its greedy sampler (llama-cpp-python)",
+                                                  "build": build_info(), "gguf": getattr(self, "gguf", None),
+                                                  "context": {"n_gpu_layers": self.n_gpu_layers, "flash_attn": self.flash_attn,
+                                                              "n_ctx": self.max_cache_len, "n_batch": self.n_batch}}}
 
     def close(self) -> None:
         if getattr(self, "sampler", None):

@@ -1,0 +1,11 @@
+"""gguf-q4-0: llama.cpp's q4_0 GGUF format, which only the mode llamacpp reads (llama.cpp's own
+kernels; decodegap.measure.engines.llamacpp writes the card's file and quantizes it with llama.cpp's own tool).
+The bytes a step reads are counted from the file."""
+
+from __future__ import annotations
+
+from decodegap.measure.engines.llamacpp import GgufFormat
+
+ENGINE = "llamacpp"  # decodegap.core.registry reads this: a format of that engine, never a transformers model's path
+
+PATH = GgufFormat("q4_0")
