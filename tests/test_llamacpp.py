@@ -17,7 +17,7 @@ MODELS = load_models()
 def _pair(tmp_path, key, ctx=32):
     from decodegap.measure.cards import build_model
     from decodegap.measure.engines.gguf_file import write_gguf
-    from decodegap.measure.engines.llamacpp import LlamaCppDecoder
+    from decodegap.measure.engines.llamacpp import LlamaCppEngine
     from decodegap.measure.modes import StaticDecoder
 
     card = MODELS[key]
@@ -30,7 +30,7 @@ def _pair(tmp_path, key, ctx=32):
             layer.self_attn.k_proj.weight.mul_(10)
     out = write_gguf(card, tmp_path / f"{key}.gguf", file_type="f32", state_dict=model.state_dict())
     prompt = torch.randint(0, card.architecture["vocab_size"], (1, ctx), generator=torch.Generator().manual_seed(5))
-    return card, model, out, prompt, LlamaCppDecoder(out["path"], 128, threads=1), StaticDecoder(model, 128)
+    return card, model, out, prompt, LlamaCppEngine(out["path"], 128, threads=1), StaticDecoder(model, 128)
 
 
 def test_a_gguf_of_the_models_own_weights_decodes_our_static_steps_tokens(tmp_path):
@@ -88,11 +88,19 @@ def test_llamas_quantizer_makes_smaller_files_and_refuses_to_overwrite(tmp_path)
     assert (tmp_path / "q8_0.gguf").read_bytes() == before
     with pytest.raises(ValueError, match="q3_k.*one of"):
         quantize(f16["path"], tmp_path / "x.gguf", "q3_k")
-    dec = LlamaCppDecoder(tmp_path / "q4_0.gguf", 64, threads=1)  # a quantized file decodes too
+    # a quantized file decodes too, in llama.cpp's own process: the loop's samples come back to our timers
+    from decodegap.measure.timing import StepTimer
+
+    dec = LlamaCppDecoder(tmp_path / "q4_0.gguf", 64, threads=1)
     dec.prefill(list(range(3, 19)))
-    dec.launch()
-    assert 0 <= dec.read_token() < arch["vocab_size"] and dec.final_position() == 17
+    warm, timed = StepTimer("cpu", 2, probe_iterations=100), StepTimer("cpu", 5, probe_iterations=100)
+    block_probe_ms, blocks = dec.run(warm, timed, 2)
+    assert len(warm) == 2 and len(timed) == 5 and blocks == [0, 0, 1, 1, 2] and len(block_probe_ms) == 3
+    assert all(0 <= t < arch["vocab_size"] for t in timed.tokens) and all(ms > 0 for ms in timed.host_ms())
+    assert all(ms > 0 for ms in timed.samples()["cpu_probe_before_ms"]) and dec.final_position() == 16 + 7
+    assert dec.last_logits().shape == (arch["vocab_size"],) and dec.info["engine"] == "llama.cpp"
     dec.close()
+    assert dec.worker.proc.returncode == 0  # its process ends when the session lets it go
     info = build_info()
     assert info["engine"] == "llama.cpp" and info["llama_cpp_python"] and "CPU" in info["system_info"]
     assert info["cuda_graphs"] is False  # a CPU build has no CUDA graphs, and says so
@@ -126,8 +134,28 @@ def test_a_llamacpp_session_times_llamas_own_step_on_the_cards_file_and_counts_i
     assert again["floor"]["weight_bytes"] == rec["floor"]["weight_bytes"]
 
 
-def test_the_environment_stage_checks_each_gguf_format_with_llamacpp_itself():
+def test_the_environment_stage_checks_each_gguf_format_with_llamacpp_itself(monkeypatch):
     from decodegap.measure.weights import get_weight_path
 
     for quant in ("gguf-f16", "gguf-q4-0"):
         assert get_weight_path(quant).check("cpu") is None, quant
+    # llama.cpp's process dying (a crash there) is a reason, named, never this process's crash
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="llama.cpp's process ended"):
+        get_weight_path("gguf-f16").check("cpu")
+
+
+def test_llama_cpp_never_loads_beside_torch():
+    """Its CUDA build and torch's crash in one process (seen on the H200): the session's side of the
+    engine imports no llama_cpp; the engine's process imports no torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, decodegap.measure.engines.llamacpp as m, decodegap.measure.weights; "
+            "print('llama_cpp' in sys.modules, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False"  # nothing of ours imports it where torch may be
+    code = ("import sys, io; from decodegap.measure.engines import llamacpp as m; "
+            "m.serve(io.StringIO('{\"op\": \"info\"}\\n'), io.StringIO()); print('torch' in sys.modules, 'llama_cpp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

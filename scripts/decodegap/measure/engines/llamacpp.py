@@ -11,18 +11,29 @@ and the file's stored bytes.
 
 llama-cpp-python is built from its source distribution, which carries llama.cpp
 (envs/README.md: with CUDA for sm_90 on the lent GPU; here, the CPU build the tests use).
+
+llama.cpp runs in a process of its own, without torch (`python -m decodegap.measure.engines.llamacpp
+--serve`, one JSON command a line): its CUDA build and torch's in one process crash (seen on the
+H200, 2026-12-01: a segmentation fault loading the model after torch had started CUDA, and importing
+torch after llama.cpp had). So that process runs the decode loop too, timing each step as the
+session's own timer does, and the session's LlamaCppDecoder hands it the prompt and reads the samples.
+`LlamaCppEngine` is the model and context inside it (the tests also use it directly on the CPU).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from decodegap.measure.modes import Decoder
-from decodegap.measure.weights.base import WeightPath
+from decodegap.measure.probe import PROBE_ITERATIONS, cpu_probe_ms
 
 # llama.cpp's file types (llama.h, enum llama_ftype) by the name decodegap gives the format
 FORMATS = {"f16": 1, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}
@@ -31,7 +42,7 @@ QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
 APPROX_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 0.61}
 GGUF_DIR_VARIABLE = "DECODEGAP_GGUF_DIR"  # where a machine keeps the cards' GGUF files (a cache: remade on demand)
 GGUF_SEED = 0  # the random weights of every GGUF file (step time depends on shapes and format, not values)
-INSTALL = "llama-cpp-python==0.3.36 built from its source distribution (envs/README.md: llama.cpp)"
+from decodegap.measure.weights._gguf import INSTALL  # noqa: E402,F401 - how the package is had
 
 
 def _lib():
@@ -43,6 +54,12 @@ def _lib():
 
 
 def build_info() -> dict:
+    """build_info_here() in llama.cpp's own process (see the module's docstring)."""
+    with Worker() as w:
+        return w.call("info")["info"]
+
+
+def build_info_here() -> dict:
     """What the record keeps of the engine: the bindings' version, llama.cpp's system info (the
     backends it was built with, their features), whether it offloads to a GPU, and whether its CUDA
     backend uses CUDA graphs (built with them, and not switched off by GGML_CUDA_DISABLE_GRAPHS)."""
@@ -104,69 +121,18 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> dict:
     return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None, **stored_bytes(path)}
 
 
-class GgufFormat(WeightPath):
-    """A weight path that is one of llama.cpp's own file formats: the mode llamacpp reads the card's
-    GGUF file in it (gguf_for), and no transformers model runs it. A unit file per format
-    (decodegap/measure/weights/gguf_*.py) holds one, with `ENGINE = "llamacpp"` for the config."""
-
-    package = "llama-cpp-python"
-    module = "llama_cpp"
-    install = INSTALL
-    engine = "llamacpp"
-
-    def __init__(self, fmt: str):
-        if fmt not in FORMATS:
-            raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(FORMATS)}")
-        self.format, self.name = fmt, "gguf-" + fmt.replace("_", "-")
-
-    def check(self, device: str) -> str | None:
-        """The environment stage's check: llama.cpp here loads a tiny card's file in this format
-        (on the GPU, every layer offloaded), and greedy decode runs with finite logits, one position a step."""
-        import math
-        import tempfile
-
-        why = self.unavailable(device)
-        if why:
-            return why
-        info = build_info()
-        if device == "cuda" and not info["gpu_offload"]:
-            return f"llama.cpp here has no GPU backend (built without CUDA; system info: {info['system_info'][:160]}); {INSTALL}"
-        from decodegap.core.config import load_models
-        from decodegap.measure.engines.gguf_file import write_gguf
-
-        card = load_models()["tiny-llama"]
-        with tempfile.TemporaryDirectory() as tmp:
-            src = write_gguf(card, Path(tmp) / "f16.gguf", seed=0)["path"]
-            path = src
-            if self.format != "f16":
-                path = Path(tmp) / f"{self.format}.gguf"
-                quantize(src, path, self.format)
-            dec = LlamaCppDecoder(path, 64)
-            try:
-                dec.prefill(list(range(3, 19)))
-                for _ in range(4):
-                    dec.launch()
-                    dec.read_token()
-                logits = dec.last_logits()
-                if not all(math.isfinite(float(v)) for v in logits):
-                    return "llama.cpp's logits are not finite on a tiny card"
-                if dec.final_position() != 16 + 4:
-                    return f"llama.cpp's cache holds {dec.final_position()} positions after 16 + 4 tokens"
-            finally:
-                dec.close()
-        return None
-
-    def prepare(self, model):
-        raise ValueError(f"{self.name} is a file format of llama.cpp: only mode llamacpp runs it")
-
-    def bytes_per_layer(self, n: int, k: int) -> int:
-        if self.format == "q4_k_m":
-            raise ValueError("q4_k_m mixes q4_K and q6_K by tensor: its bytes come from the file")
-        return int(n * k * APPROX_BYTES_PER_WEIGHT[self.format])
-
-
 def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
-    """Write `dst`, the GGUF file `src` in format `fmt` (q8_0, q4_0, q4_k_m), with llama.cpp's own quantizer."""
+    """Write `dst`, the GGUF file `src` in format `fmt` (q8_0, q4_0, q4_k_m), with llama.cpp's own
+    quantizer, in llama.cpp's own process."""
+    if fmt not in QUANTIZED:
+        raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(QUANTIZED)} (f16 is written directly)")
+    if Path(dst).exists():
+        raise FileExistsError(f"{dst}: exists; a GGUF file is written once")
+    with Worker() as w:
+        w.call("quantize", src=str(src), dst=str(dst), fmt=fmt, threads=threads)
+
+
+def quantize_here(src, dst, fmt: str, threads: int | None = None) -> None:
     L = _lib()
     if fmt not in QUANTIZED:
         raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(QUANTIZED)} (f16 is written directly)")
@@ -183,14 +149,9 @@ def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
     partial.rename(dst)
 
 
-class LlamaCppDecoder(Decoder):
+class LlamaCppEngine:
     """One llama.cpp model and context on a GGUF file: all layers on the GPU where there is one
     (n_gpu_layers -1), flash attention as llama.cpp decides (auto), the prefill in batches of 2048."""
-
-    mode = "llamacpp"
-    own_attention = True  # its attention kernels are llama.cpp's, never the cell's attention path
-    device_clock = False  # its kernels run on llama.cpp's own CUDA stream: host times (each step read back) only
-    profiled = False  # no torch step to profile
 
     def __init__(self, gguf_path, max_cache_len: int, n_gpu_layers: int = -1, flash_attn: int = -1, threads: int | None = None):
         L = self.L = _lib()
@@ -247,12 +208,6 @@ class LlamaCppDecoder(Decoder):
     def final_position(self) -> int:
         return int(self.L.llama_memory_seq_pos_max(self.L.llama_get_memory(self.ctx), 0)) + 1
 
-    def arm_record(self) -> dict:
-        return {**super().arm_record(), "engine": {"loop": "llama.cpp: llama_decode of one token, then its greedy sampler (llama-cpp-python)",
-                                                  "build": build_info(), "gguf": getattr(self, "gguf", None),
-                                                  "context": {"n_gpu_layers": self.n_gpu_layers, "flash_attn": self.flash_attn,
-                                                              "n_ctx": self.max_cache_len, "n_batch": self.n_batch}}}
-
     def close(self) -> None:
         if getattr(self, "sampler", None):
             self.L.llama_sampler_free(self.sampler)
@@ -263,3 +218,165 @@ class LlamaCppDecoder(Decoder):
         if getattr(self, "model", None):
             self.L.llama_model_free(self.model)
             self.model = None
+
+    def run_loop(self, n_warm: int, n_timed: int, block_steps: int, probe_iterations: int) -> dict:
+        """The warm-up and timed steps as the session's StepTimer takes them: per step its host and
+        thread-CPU nanoseconds, its token, the host probes just before and after (untimed), and a
+        reading of the host core before each block of timed steps."""
+        steps, block_probe_ms = [], []
+        gc.collect()
+        gc.disable()  # a collection inside the loop would be timed as a slow step
+        try:
+            for i in range(n_warm + n_timed):
+                k = i - n_warm
+                if k >= 0 and k % block_steps == 0:
+                    block_probe_ms.append(cpu_probe_ms())
+                before = cpu_probe_ms(probe_iterations) if probe_iterations else None
+                c0 = time.thread_time_ns()
+                t0 = time.perf_counter_ns()
+                self.launch()
+                token = self.read_token()
+                host_ns = time.perf_counter_ns() - t0
+                cpu_ns = time.thread_time_ns() - c0
+                after = cpu_probe_ms(probe_iterations) if probe_iterations else None
+                steps.append([host_ns, cpu_ns, token, before, after])
+        finally:
+            gc.enable()
+        return {"steps": steps, "block_probe_ms": block_probe_ms}
+
+
+class Worker:
+    """llama.cpp's own process (no torch in it), driven one JSON command a line; its log goes to
+    this process's stderr. A command that fails there raises RuntimeError here with its message."""
+
+    def __init__(self):
+        # the same interpreter, environment and working directory: it finds the package as this process did
+        self.proc = subprocess.Popen([sys.executable, "-m", "decodegap.measure.engines.llamacpp", "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def call(self, op: str, **args) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            rc = self.proc.wait()
+            raise RuntimeError(f"llama.cpp's process ended (exit status {rc}) during '{op}'")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise RuntimeError(reply.get("error", f"llama.cpp's process failed '{op}'"))
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
+    """The worker's side: one engine at most, a reply line per command line, until stdin closes."""
+    if stdout is sys.stdout:  # the replies get the real stdout; anything else printed goes to stderr
+        stdout = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+    engine = None
+    for line in stdin:
+        cmd = json.loads(line)
+        op = cmd.pop("op")
+        try:
+            if op == "info":
+                out = {"info": build_info_here()}
+            elif op == "quantize":
+                quantize_here(cmd["src"], cmd["dst"], cmd["fmt"], cmd.get("threads"))
+                out = {}
+            elif op == "load":
+                engine = LlamaCppEngine(cmd["path"], cmd["n_ctx"], threads=cmd.get("threads"))
+                out = {"info": build_info_here()}
+            elif op == "prefill":
+                engine.prefill(cmd["tokens"])
+                out = {}
+            elif op == "run":
+                out = engine.run_loop(cmd["n_warm"], cmd["n_timed"], cmd["block_steps"], cmd["probe_iterations"])
+            elif op == "logits":
+                out = {"logits": engine.last_logits().tolist()}
+            elif op == "position":
+                out = {"position": engine.final_position()}
+            else:
+                raise ValueError(f"unknown command {op!r}")
+            reply = {"ok": True, **out}
+        except Exception as exc:  # noqa: BLE001 - said to the session, which raises it
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        stdout.write(json.dumps(reply) + "\n")
+        stdout.flush()
+    if engine is not None:
+        engine.close()
+
+
+class LlamaCppDecoder(Decoder):
+    """The session's decoder of mode llamacpp: llama.cpp's process with the model loaded, which runs
+    the decode loop (llama_decode of one token, then the greedy sampler: the step as llama.cpp's
+    examples run it) and times each step there (see the module's docstring)."""
+
+    mode = "llamacpp"
+    owns_loop = True  # the steps run (and are timed) in llama.cpp's process
+    own_attention = True  # its attention kernels are llama.cpp's, never the cell's attention path
+    device_clock = False  # its kernels run on llama.cpp's own CUDA stream: host times (each step read back) only
+    profiled = False  # no torch step to profile
+
+    def __init__(self, gguf_path, max_cache_len: int, threads: int | None = None):
+        self.max_cache_len, self.gguf = max_cache_len, None
+        self.worker = Worker()
+        try:
+            self.info = self.worker.call("load", path=str(gguf_path), n_ctx=max_cache_len, threads=threads)["info"]
+        except Exception:
+            self.worker.close()
+            raise
+
+    def prefill(self, input_ids) -> None:
+        ids = input_ids.reshape(-1).tolist() if hasattr(input_ids, "reshape") else list(input_ids)
+        self.worker.call("prefill", tokens=[int(t) for t in ids])
+
+    def run(self, warm, timed, block_steps: int, block_probe=None) -> tuple[list[float], list[int]]:
+        """The warm-up steps into `warm` and the timed ones into `timed` (StepTimer.add), as llama.cpp's
+        process timed them; returns its reading of the host core before each block and each step's block."""
+        out = self.worker.call("run", n_warm=warm.capacity, n_timed=timed.capacity, block_steps=block_steps,
+                               probe_iterations=timed.probe_iterations)
+        for i, (host_ns, cpu_ns, token, before, after) in enumerate(out["steps"]):
+            (warm if i < warm.capacity else timed).add(host_ns, cpu_ns, token, before, after)
+        return out["block_probe_ms"], [i // block_steps for i in range(timed.capacity)]
+
+    def last_logits(self):
+        import numpy as np
+
+        return np.asarray(self.worker.call("logits")["logits"], dtype=np.float32)
+
+    def final_position(self) -> int:
+        return int(self.worker.call("position")["position"])
+
+    def arm_record(self) -> dict:
+        return {**super().arm_record(), "engine": {"loop": "llama.cpp: llama_decode of one token, then its greedy sampler (llama-cpp-python)",
+                                                  "process": "its own, without torch", "build": self.info, "gguf": self.gguf,
+                                                  "context": {"n_gpu_layers": -1, "flash_attn": "auto", "n_ctx": self.max_cache_len,
+                                                              "n_batch": 2048, "n_ubatch": 512}}}
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -m decodegap.measure.engines.llamacpp --serve (llama.cpp's process, driven by a session)")
+    serve()

@@ -4,7 +4,7 @@ The bytes a step reads are counted from the file."""
 
 from __future__ import annotations
 
-from decodegap.measure.engines.llamacpp import GgufFormat
+from decodegap.measure.weights._gguf import GgufFormat
 
 ENGINE = "llamacpp"  # decodegap.core.registry reads this: a format of that engine, never a transformers model's path
 
