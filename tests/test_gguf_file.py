@@ -66,3 +66,29 @@ def test_a_file_is_written_once_and_bad_input_names_the_problem(tmp_path):
     with pytest.raises(ValueError, match="gemma3.*no GGUF writer"):
         write_gguf(other, tmp_path / "g.gguf")
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_gguf_cache_makes_room_by_removing_other_cards_files_oldest_first(tmp_path, monkeypatch):
+    """A lent GPU's disk holds about two cards' three formats: before writing, the cache removes other
+    files, oldest first, until the new ones fit with 2 GB to spare; the ones it is asked to keep stay."""
+    import collections
+    import os
+    import shutil
+
+    from decodegap.measure.engines import llamacpp
+
+    for i, name in enumerate(["a-f16.gguf", "b-f16.gguf", "c-q8_0.gguf", "keep-f16.gguf"]):
+        (tmp_path / name).write_bytes(b"x" * 10)
+        os.utime(tmp_path / name, (1000 + i, 1000 + i))
+    (tmp_path / "notes.txt").write_text("not a cache file")
+    Usage = collections.namedtuple("Usage", "total used free")
+
+    def usage(path):  # each GGUF file left stands for 10 GB of a 64 GB disk
+        left = len(list(tmp_path.glob("*.gguf")))
+        return Usage(64e9, left * 10e9, 64e9 - left * 10e9)
+
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    said = []
+    llamacpp._make_room(tmp_path, {"keep-f16.gguf"}, 40e9, said.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c-q8_0.gguf", "keep-f16.gguf", "notes.txt"]
+    assert [s.split()[3] for s in said] == ["a-f16.gguf", "b-f16.gguf"]
