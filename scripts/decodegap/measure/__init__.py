@@ -4,13 +4,14 @@
                  in phases: build, prepare, time, profile
   setup          the environment stage of a GPU type (`python -m decodegap.measure.setup`)
   cards          model cards -> transformers models with random bf16 weights on the device
-  modes          the decode modes (eager, static, graphed, compiled, fused) as one Decoder interface
+  modes          the decode modes (eager, static, graphed, compiled, fused, generate) as one Decoder interface
   fused          the fused mode's own compact decode step; fused_kernels, its Triton kernels
   layer          the attention microbenchmark's decoders (mode layer)
   attention/     attention paths, one file each (the registry finds them)
   weights/       weight paths, one file each (the registry finds them)
   failures       which failures are data (an invalid cell), and the commands' exit codes
-  timing         per-step device-event and host-clock timing, the host CPU probe
+  timing         per-step device-event and host-clock timing; probe, the host CPU probe (torch-free)
+  engines/       engines people deploy: GGUF files of the cards (gguf_file), llama.cpp in its own process (llamacpp)
   anatomy        the untimed profiler pass after the timed steps: kernels, GPU busy time, host operators
   bandwidth      measured device copy bandwidth
   environment    the machine a session ran on
