@@ -128,7 +128,8 @@ AB_MODES = tuple(f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b
 
 def mode_quant_problem(mode: str, quant: str) -> str | None:
     """Why a mode cannot run a weight path, or None: llama.cpp reads only its GGUF formats (the
-    weight paths whose unit names an `ENGINE = "llamacpp"`), and no other mode reads those."""
+    weight paths whose unit names an `ENGINE = "llamacpp"`), no other mode reads those, and
+    transformers' generate runs the dense bf16 model."""
     engine = registry.weight_engine(quant)
     arms = [mode] if mode in MODE_NAMES else []
     if mode in OWN_MODEL and engine != mode:
@@ -136,6 +137,8 @@ def mode_quant_problem(mode: str, quant: str) -> str | None:
         return f"mode '{mode}' runs its own model from a file in one of its formats ({takes}), not the weight path '{quant}'"
     if engine is not None and engine not in arms:
         return f"weight path '{quant}' is a file format of the engine '{engine}': only mode '{engine}' runs it, not '{mode}'"
+    if mode in OWN_LOOP and quant != "bf16":  # generate's cells are measured on the dense model only
+        return f"mode '{mode}' runs transformers' dense model (bf16), not the weight path '{quant}'"
     return None
 PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and fused go beyond it
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
