@@ -125,6 +125,8 @@ def test_each_engine_gets_the_formats_it_reads_and_a_format_elsewhere_is_a_confi
     bad = dict(config["engines"], quant=["fp8"], modes=["generate"])
     with pytest.raises(ConfigError, match=r"engines\.modes\.0: 'generate' makes no cell: mode 'generate' runs transformers' dense model"):
         validate_config({**config, "engines": bad})
+    with pytest.raises(ConfigError, match=r"attention.step_modes: mode 'llamacpp' runs its own model"):
+        validate_config({**config, "attention": {**config["attention"], "step_modes": ["llamacpp"]}})
     with pytest.raises(ConfigError, match=r"matrix: weight path 'gguf-q8-0' is a file format of the engine 'llamacpp'"):
         validate_config({**config, "matrix": {**config["matrix"], "quant": ["gguf-q8-0"]}})
 

@@ -41,11 +41,15 @@ def test_the_written_file_reads_back_with_the_cards_shapes_and_step_bytes(tmp_pa
     assert bytes(arch.parts[arch.data[0]]).decode() == ("qwen2" if card.model_type == "qwen2" else "llama")
     heads = reader.fields[f"{'qwen2' if card.model_type == 'qwen2' else 'llama'}.attention.head_count_kv"]
     assert int(heads.parts[heads.data[0]][0]) == a["num_key_value_heads"]
-    # a step reads every tensor as stored but the embedding table, of which one row (float16 matrices, float32 norms)
+    # a step reads every tensor as stored but the embedding table, of which one row (float16 matrices,
+    # float32 norms); with tied embeddings (tiny-qwen) the table is the output layer too, read whole
     counted = stored_bytes(out["path"])
-    matrices = sum(math.prod(s) for n, s, m in tensor_specs(card) if m and n != "token_embd.weight")
+    tied = bool(a.get("tie_word_embeddings"))
+    assert counted["tied_embeddings"] is tied and ("output.weight" in [n for n, _, _ in tensor_specs(card)]) is not tied
+    matrices = sum(math.prod(s) for n, s, m in tensor_specs(card) if m and (tied or n != "token_embd.weight"))
     vectors = sum(math.prod(s) for n, s, m in tensor_specs(card) if not m)
-    assert counted["step_weight_bytes"] == out["step_weight_bytes"] == 2 * matrices + 4 * vectors + 2 * a["hidden_size"]
+    row = 0 if tied else 2 * a["hidden_size"]
+    assert counted["step_weight_bytes"] == out["step_weight_bytes"] == 2 * matrices + 4 * vectors + row
     assert counted["types"] == ["F16", "F32"] and counted["file_bytes"] == out["file_bytes"] > counted["tensor_bytes"]
 
 
@@ -68,27 +72,36 @@ def test_a_file_is_written_once_and_bad_input_names_the_problem(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_the_gguf_cache_makes_room_by_removing_other_cards_files_oldest_first(tmp_path, monkeypatch):
-    """A lent GPU's disk holds about two cards' three formats: before writing, the cache removes other
-    files, oldest first, until the new ones fit with 2 GB to spare; the ones it is asked to keep stay."""
+def test_the_gguf_cache_makes_room_by_removing_other_cards_files_least_recently_used_first(tmp_path, monkeypatch):
+    """A lent GPU's disk holds about two cards' three formats: before writing, the cache removes a
+    write's stale partial file, then other cards' cached files, least recently used first, until the
+    new ones fit; never a file a session holds, one it is asked to keep, or a file it did not name
+    (<card>-<format>.gguf); and nothing at all when even that would not make room."""
     import collections
     import os
     import shutil
 
+    from decodegap.core.errors import CellNotPossible
     from decodegap.measure.engines import llamacpp
 
-    for i, name in enumerate(["a-f16.gguf", "b-f16.gguf", "c-q8_0.gguf", "keep-f16.gguf"]):
-        (tmp_path / name).write_bytes(b"x" * 10)
+    for i, name in enumerate(["a-f16.gguf", "b-f16.gguf", "c-q8_0.gguf", "keep-f16.gguf", "my-own-model.gguf"]):
+        (tmp_path / name).write_bytes(b"x" * 1000)
         os.utime(tmp_path / name, (1000 + i, 1000 + i))
-    (tmp_path / "notes.txt").write_text("not a cache file")
+    (tmp_path / "d-q4_0.gguf.partial").write_bytes(b"x" * 1000)
     Usage = collections.namedtuple("Usage", "total used free")
 
-    def usage(path):  # each GGUF file left stands for 10 GB of a 64 GB disk
-        left = len(list(tmp_path.glob("*.gguf")))
-        return Usage(64e9, left * 10e9, 64e9 - left * 10e9)
+    def usage(path):  # a 7000-byte disk holding only these files
+        used = sum(p.stat().st_size for p in tmp_path.iterdir() if p.is_file())
+        return Usage(7000, used, 7000 - used)
 
     monkeypatch.setattr(shutil, "disk_usage", usage)
+    monkeypatch.setattr(llamacpp, "SPARE_BYTES", 0)
     said = []
-    llamacpp._make_room(tmp_path, {"keep-f16.gguf"}, 40e9, said.append)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c-q8_0.gguf", "keep-f16.gguf", "notes.txt"]
-    assert [s.split()[3] for s in said] == ["a-f16.gguf", "b-f16.gguf"]
+    with pytest.raises(CellNotPossible, match="need 0.0 GB"):  # 2000 free + 3000 removable < 5500: nothing goes
+        llamacpp._make_room(tmp_path, {"keep-f16.gguf"}, 5500, said.append)
+    assert len(list(tmp_path.glob("*.gguf"))) == 5
+    held = llamacpp.hold(tmp_path / "a-f16.gguf")  # a session reads a's file meanwhile
+    llamacpp._make_room(tmp_path, {"keep-f16.gguf"}, 3500, said.append)
+    held.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-f16.gguf", "keep-f16.gguf", "my-own-model.gguf"]
+    assert [s.split()[3].strip(",") for s in said] == ["d-q4_0.gguf.partial", "b-f16.gguf", "c-q8_0.gguf"]

@@ -94,6 +94,10 @@ def validate_config(config: dict, gpus_yaml=GPUS_YAML, models_yaml=MODELS_YAML) 
         why = mode_quant_problem(exp.get("mode", ""), exp.get("quant", "bf16")) if exp.get("mode", "").startswith("ab-") else None
         if why:
             raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  ab.{i}: {why}")
+    for md in (config.get("attention") or {}).get("step_modes") or []:  # the attention experiment's steps run bf16
+        why = mode_quant_problem(md, "bf16")
+        if why:
+            raise ConfigError(f"config does not match workflow/schemas/config.schema.yaml:\n  attention.step_modes: {why}")
     for section in ("matrix", "quantization", "floor"):
         sec = config.get(section) or {}
         for q in sec.get("quant") or sec.get("paths") or []:

@@ -80,6 +80,9 @@ class Decoder:
         not advance would show here), or the cache length for the dynamic cache."""
         return int(self.position.item())
 
+    def close(self) -> None:
+        """Let go of what outlives the process's own memory (an engine's process): nothing by default."""
+
     def arm_record(self) -> dict:
         """The optional parts, as the arm's record names them."""
         out = {}

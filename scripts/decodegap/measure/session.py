@@ -113,6 +113,7 @@ class Session:
         self.layer = arm_modes[0] in LAYER_ARMS  # the attention microbenchmark: no model, one call per layer
         self.own_model = arm_modes[0] in OWN_MODEL  # an engine on its own model file (llama.cpp): no transformers model
         self.gguf: dict | None = None
+        self.gguf_held = None  # the cached file, held while the session uses it (never evicted meanwhile)
         self.single = len(arm_modes) == 1
         self.phases_s: dict[str, float] = {}
         self.arms: list[dict] = []
@@ -149,10 +150,16 @@ class Session:
         import torch
 
         self.build()
-        with torch.inference_mode(), self.attn.context():
-            self.prepare()
-            self.time()
-            self.profile()
+        try:
+            with torch.inference_mode(), self.attn.context():
+                self.prepare()
+                self.time()
+                self.profile()
+        finally:  # before the end snapshot: an engine's own process on the GPU would be counted as foreign
+            for dec in self.decoders.values():
+                dec.close()
+            if self.gguf_held is not None:
+                self.gguf_held.close()
 
     def build(self) -> None:
         import torch
@@ -175,9 +182,10 @@ class Session:
         elif self.own_model:  # llama.cpp: the card's GGUF file in the cell's format, its bytes from the file
             from decodegap.measure.engines.llamacpp import gguf_for
 
-            self.gguf = gguf_for(self.card, self.weights.format, self.device, log)
+            self.gguf, self.gguf_held = gguf_for(self.card, self.weights.format, self.device, log)
             g = self.gguf
-            stored = StoredWeights(g["tensor_bytes"], g["tensor_bytes"] - g["embedding_bytes"], g["param_count"])
+            embedding = 0 if g["tied_embeddings"] else g["embedding_bytes"]  # tied: the output layer reads the table
+            stored = StoredWeights(g["tensor_bytes"], g["tensor_bytes"] - embedding, g["param_count"])
             if self.device == "cuda":
                 torch.cuda.empty_cache()  # the bandwidth probe's buffers: llama.cpp allocates outside torch
         else:
@@ -218,7 +226,8 @@ class Session:
                 dec.gguf = {k: v for k, v in self.gguf.items() if k != "path"} | {"file": Path(self.gguf["path"]).name}
             else:
                 dec = make_decoder(mode, self.model, self.max_cache_len, self.from_dense.get(mode))
-            _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), self.device)
+            # an engine in its own process: torch's events would time nothing of it
+            _, host_ms, device_ms = timed(lambda: dec.prefill(prompt), "cpu" if self.own_model else self.device)
             self._phase("prefill", t)
             log(f"prefill [{mode}]: " + ("first call (compiles what compiles)" if self.layer else f"{self.args.ctx} tokens") + f" in {host_ms:.1f} ms")
             t = time.perf_counter()

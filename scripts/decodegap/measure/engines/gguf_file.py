@@ -127,39 +127,44 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
     raw = {np.float16: gguf.GGMLQuantizationType.F16, np.float32: gguf.GGMLQuantizationType.F32}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".partial")
-    writer = gguf.GGUFWriter(str(tmp), ARCH[card.model_type])
-    _metadata(writer, card, file_type)
-    for name, shape, matrix in specs:
-        dt = mat_dtype if matrix else np.float32
-        writer.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize, raw_dtype=raw[dt])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    gen = torch.Generator(device=device).manual_seed(seed)
-    params = step_bytes = 0
-    for i, (name, shape, matrix) in enumerate(specs):
-        dt = mat_dtype if matrix else np.float32
-        if state_dict is not None:
-            values = state_dict[transformers_name(name) if not (name == "output.weight" and a.get("tie_word_embeddings"))
-                                else "model.embed_tokens.weight"].detach().float()
-            if ARCH[card.model_type] == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
-                values = _rope_permute(values, a["num_attention_heads"] if "attn_q" in name else a["num_key_value_heads"])
-        elif matrix:
-            values = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).mul_(INIT_STD)
-        elif name.endswith(".bias"):
-            values = torch.zeros(shape, device=device)
-        else:
-            values = torch.ones(shape, device=device)  # RMSNorm weights, as a fresh model has them
-        array = values.to(torch.float16 if dt is np.float16 else torch.float32).cpu().numpy()
-        writer.write_tensor_data(array)
-        params += array.size
-        if name != "token_embd.weight":
-            step_bytes += array.nbytes
-        if i % 50 == 0:
-            say(f"gguf: {i + 1}/{len(specs)} tensors ({time.perf_counter() - t0:.0f} s)")
-    writer.close()
-    tmp.rename(path)
-    step_bytes += a["hidden_size"] * np.dtype(mat_dtype).itemsize  # the one embedding row a step reads
+    try:  # a write that fails leaves no partial file of up to 16 GB behind
+        writer = gguf.GGUFWriter(str(tmp), ARCH[card.model_type])
+        _metadata(writer, card, file_type)
+        for name, shape, matrix in specs:
+            dt = mat_dtype if matrix else np.float32
+            writer.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize, raw_dtype=raw[dt])
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        gen = torch.Generator(device=device).manual_seed(seed)
+        params = step_bytes = 0
+        for i, (name, shape, matrix) in enumerate(specs):
+            dt = mat_dtype if matrix else np.float32
+            if state_dict is not None:
+                values = state_dict[transformers_name(name) if not (name == "output.weight" and a.get("tie_word_embeddings"))
+                                    else "model.embed_tokens.weight"].detach().float()
+                if ARCH[card.model_type] == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
+                    values = _rope_permute(values, a["num_attention_heads"] if "attn_q" in name else a["num_key_value_heads"])
+            elif matrix:
+                values = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).mul_(INIT_STD)
+            elif name.endswith(".bias"):
+                values = torch.zeros(shape, device=device)
+            else:
+                values = torch.ones(shape, device=device)  # RMSNorm weights, as a fresh model has them
+            array = values.to(torch.float16 if dt is np.float16 else torch.float32).cpu().numpy()
+            writer.write_tensor_data(array)
+            params += array.size
+            if name != "token_embd.weight" or a.get("tie_word_embeddings"):  # tied: the output layer reads it whole
+                step_bytes += array.nbytes
+            if i % 50 == 0:
+                say(f"gguf: {i + 1}/{len(specs)} tensors ({time.perf_counter() - t0:.0f} s)")
+        writer.close()
+        tmp.rename(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if not a.get("tie_word_embeddings"):
+        step_bytes += a["hidden_size"] * np.dtype(mat_dtype).itemsize  # the one embedding row a step reads
     out = {"path": path.as_posix(), "file_bytes": path.stat().st_size, "tensors": len(specs), "param_count": params,
            "file_type": file_type, "step_weight_bytes": step_bytes, "seed": seed, "write_s": round(time.perf_counter() - t0, 2)}
     say(f"gguf: wrote {path} ({out['file_bytes'] / 1e9:.2f} GB, {params / 1e9:.3f} B params) in {out['write_s']:.1f} s")
@@ -168,7 +173,8 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
 
 def stored_bytes(path) -> dict:
     """What a decode step of the GGUF file at `path` reads, counted from the file: every tensor as
-    stored but the token embedding table, plus one row of it (the step's token)."""
+    stored but the token embedding table, plus one row of it (the step's token); with tied
+    embeddings (no output.weight) the table is the output layer too, and read whole."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -176,7 +182,8 @@ def stored_bytes(path) -> dict:
     emb = by_name["token_embd.weight"]
     rows = int(emb.shape[-1])  # GGUF shapes are ggml's ne: (columns, rows)
     total = sum(int(t.n_bytes) for t in reader.tensors)
-    return {"file_bytes": Path(path).stat().st_size, "tensor_bytes": total, "embedding_bytes": int(emb.n_bytes),
-            "step_weight_bytes": total - int(emb.n_bytes) + int(emb.n_bytes) // rows,
+    tied = "output.weight" not in by_name  # the embedding table is the output layer too: a step reads it whole
+    return {"file_bytes": Path(path).stat().st_size, "tensor_bytes": total, "embedding_bytes": int(emb.n_bytes), "tied_embeddings": tied,
+            "step_weight_bytes": total if tied else total - int(emb.n_bytes) + int(emb.n_bytes) // rows,
             "param_count": sum(int(t.n_elements) for t in reader.tensors),
             "types": sorted({t.tensor_type.name for t in reader.tensors})}

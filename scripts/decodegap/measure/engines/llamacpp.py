@@ -76,24 +76,67 @@ def gguf_dir() -> Path:
     return Path(os.environ.get(GGUF_DIR_VARIABLE) or Path.home() / ".cache" / "decodegap" / "gguf")
 
 
+CACHE_NAME = re.compile(r"^[\w.]+(?:-[\w.]+)*-(" + "|".join(FORMATS) + r")\.gguf$")  # <card key>-<format>.gguf, nothing else
+SPARE_BYTES = 2e9
+
+
+def _in_use(path: Path) -> bool:
+    """Whether a session holds the file (a shared lock on it, hold()): never evicted then."""
+    import fcntl
+
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
 def _make_room(directory: Path, keep: set[str], need_bytes: float, log) -> None:
-    """Delete the cache's other GGUF files, oldest first, until `need_bytes` fit with 2 GB to spare:
-    a 7-8B card's three formats are about 30 GB, and a lent GPU's disk holds two cards' at most."""
+    """Delete the cache's other GGUF files (named <card>-<format>.gguf; anything else is never
+    touched), least recently used first and none a session holds, until `need_bytes` fit with 2 GB
+    to spare: a 7-8B card's three formats are about 30 GB, and a lent GPU's disk holds two cards' at
+    most. If they could not fit even with every such file gone, nothing is deleted: CellNotPossible."""
     import shutil
 
-    others = sorted((p for p in directory.glob("*.gguf") if p.name not in keep), key=lambda p: p.stat().st_mtime)
-    while shutil.disk_usage(directory).free < need_bytes + 2e9 and others:
+    from decodegap.core.errors import CellNotPossible
+
+    for stale in directory.glob("*.gguf.partial"):  # under the cache's lock, nobody is writing one
+        log(f"gguf cache: removing {stale.name}, left by a write that did not finish")
+        stale.unlink()
+    free = shutil.disk_usage(directory).free
+    if free >= need_bytes + SPARE_BYTES:
+        return
+    others = sorted((p for p in directory.glob("*.gguf") if p.name not in keep and CACHE_NAME.match(p.name) and not _in_use(p)),
+                    key=lambda p: p.stat().st_mtime)
+    if free + sum(p.stat().st_size for p in others) < need_bytes + SPARE_BYTES:
+        raise CellNotPossible(f"the GGUF files need {need_bytes / 1e9:.1f} GB and {directory} has {free / 1e9:.1f} GB free, "
+                              f"{sum(p.stat().st_size for p in others) / 1e9:.1f} GB more with every cached file no session holds removed")
+    while shutil.disk_usage(directory).free < need_bytes + SPARE_BYTES and others:
         victim = others.pop(0)
         log(f"gguf cache: removing {victim.name} ({victim.stat().st_size / 1e9:.1f} GB) to make room")
         victim.unlink()
 
 
-def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> dict:
+def hold(path):
+    """A shared lock on a cached GGUF file while a session uses it (close the returned file to let
+    go): the cache never evicts it meanwhile."""
+    import fcntl
+
+    f = open(path, "rb")
+    fcntl.flock(f, fcntl.LOCK_SH)
+    return f
+
+
+def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, object]:
     """The card's GGUF file in format `fmt` from this machine's cache (gguf_dir()), made if absent:
     the f16 file written from the card with random weights (seed GGUF_SEED, drawn on `device`), the
     other formats quantized from it by llama.cpp's own quantizer. One process makes a file at a time
-    (a lock file); returns the path, how it was had and its bytes as the file holds them."""
+    (the cache's lock file). Returns the path, how it was had and its bytes as the file holds them,
+    and the file held (hold()): close it when done with the file."""
     import fcntl
+    import math
 
     from decodegap.measure.engines.gguf_file import stored_bytes, tensor_specs, write_gguf
 
@@ -107,7 +150,7 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> dict:
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            params = sum(int(__import__("math").prod(shape)) for _, shape, _ in tensor_specs(card))
+            params = sum(math.prod(shape) for _, shape, _ in tensor_specs(card))
             need = (0 if f16.exists() else 2 * params) + (0 if fmt == "f16" else APPROX_BYTES_PER_WEIGHT[fmt] * params)
             _make_room(directory, {path.name, f16.name}, need, say)
             if not f16.exists():
@@ -117,8 +160,10 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> dict:
                 quantize(f16, path, fmt)
                 made["quantize_s"] = round(time.perf_counter() - t, 2)
                 say(f"gguf: quantized {f16.name} to {fmt} in {made['quantize_s']:.1f} s")
-            os.utime(path)
-    return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None, **stored_bytes(path)}
+                os.utime(f16)  # used: the least recently used go first
+        os.utime(path)
+        held = hold(path)  # before the cache's lock is let go: no eviction in between
+    return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None, **stored_bytes(path)}, held
 
 
 def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
@@ -142,7 +187,7 @@ def quantize_here(src, dst, fmt: str, threads: int | None = None) -> None:
     params.ftype = FORMATS[fmt]
     params.nthread = threads or os.cpu_count() or 1
     partial = Path(str(dst) + ".partial")
-    rc = L.llama_model_quantize(str(src).encode(), str(partial).encode(), ctypes.byref(params))
+    rc = L.llama_model_quantize(str(src).encode(), str(partial).encode(), ctypes.byref(params))  # a crash leaves the partial: the cache removes it
     if rc != 0:
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"llama.cpp could not quantize {src} to {fmt} (llama_model_quantize returned {rc})")
@@ -254,10 +299,19 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "decodegap.measure.engines.llamacpp", "--serve"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
+    TIMEOUT_S = 1800.0  # one command (a 16k-token prefill, the loop, a quantization) takes seconds to minutes
+
     def call(self, op: str, **args) -> dict:
+        import select
+
         try:
             self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
             self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], self.TIMEOUT_S)
+            if not ready:  # one reply line per command: nothing waits in the pipe's buffer before it
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"llama.cpp's process gave no answer to '{op}' in {self.TIMEOUT_S:.0f} s; it was stopped")
             line = self.proc.stdout.readline()
         except BrokenPipeError:
             line = ""
@@ -279,6 +333,7 @@ class Worker:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
 
     def __enter__(self):
         return self
