@@ -158,10 +158,17 @@ def test_the_environment_stage_checks_each_gguf_format_with_llamacpp_itself(monk
 
     for quant in ("gguf-f16", "gguf-q4-0"):
         assert get_weight_path(quant).check("cpu") is None, quant
-    # llama.cpp's process dying (a crash there) is a reason, named, never this process's crash
+    # llama.cpp's process dying (a crash there) is a reason, named, never this process's crash: an
+    # invalid cell in a session (CellNotPossible), a path that cannot run in the environment stage
+    from decodegap.core.errors import CellNotPossible
+    from decodegap.measure.engines.llamacpp import LlamaCppDecoder
+
     monkeypatch.setattr("sys.executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="llama.cpp's process ended"):
+    with pytest.raises(CellNotPossible, match="llama.cpp's process ended"):
         get_weight_path("gguf-f16").check("cpu")
+    monkeypatch.undo()
+    with pytest.raises(CellNotPossible, match="EngineError: llama.cpp could not load"):  # llama.cpp's own refusal: data too
+        LlamaCppDecoder("/nonexistent.gguf", 64)
 
 
 def test_llama_cpp_never_loads_beside_torch():

@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from decodegap.core.errors import CellNotPossible
 from decodegap.measure.modes import Decoder
 from decodegap.measure.probe import PROBE_ITERATIONS, cpu_probe_ms
 
@@ -43,6 +44,10 @@ APPROX_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m
 GGUF_DIR_VARIABLE = "DECODEGAP_GGUF_DIR"  # where a machine keeps the cards' GGUF files (a cache: remade on demand)
 GGUF_SEED = 0  # the random weights of every GGUF file (step time depends on shapes and format, not values)
 from decodegap.measure.weights._gguf import INSTALL  # noqa: E402,F401 - how the package is had
+
+
+class EngineError(RuntimeError):
+    """llama.cpp itself could not: load a file, make a context, decode, quantize."""
 
 
 def _lib():
@@ -190,7 +195,7 @@ def quantize_here(src, dst, fmt: str, threads: int | None = None) -> None:
     rc = L.llama_model_quantize(str(src).encode(), str(partial).encode(), ctypes.byref(params))  # a crash leaves the partial: the cache removes it
     if rc != 0:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"llama.cpp could not quantize {src} to {fmt} (llama_model_quantize returned {rc})")
+        raise EngineError(f"llama.cpp could not quantize {src} to {fmt} (llama_model_quantize returned {rc})")
     partial.rename(dst)
 
 
@@ -206,7 +211,7 @@ class LlamaCppEngine:
         mp.n_gpu_layers = n_gpu_layers
         self.model = L.llama_model_load_from_file(str(gguf_path).encode(), mp)
         if not self.model:
-            raise RuntimeError(f"llama.cpp could not load {gguf_path}")
+            raise EngineError(f"llama.cpp could not load {gguf_path}")
         cp = L.llama_context_default_params()
         cp.n_ctx = max_cache_len
         cp.n_batch, cp.n_ubatch = 2048, 512
@@ -216,7 +221,7 @@ class LlamaCppEngine:
             cp.n_threads = cp.n_threads_batch = threads
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
-            raise RuntimeError(f"llama.cpp could not make a context of {max_cache_len} positions for {gguf_path}")
+            raise EngineError(f"llama.cpp could not make a context of {max_cache_len} positions for {gguf_path}")
         self.sampler = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         L.llama_sampler_chain_add(self.sampler, L.llama_sampler_init_greedy())
         self.one = (L.llama_token * 1)()
@@ -226,7 +231,7 @@ class LlamaCppEngine:
     def _decode(self, tokens) -> None:
         rc = self.L.llama_decode(self.ctx, self.L.llama_batch_get_one(tokens, len(tokens)))
         if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc} (1: no room in the KV cache; <0: an error)")
+            raise EngineError(f"llama_decode returned {rc} (1: no room in the KV cache; <0: an error)")
 
     def prefill(self, input_ids) -> None:
         ids = input_ids.reshape(-1).tolist() if hasattr(input_ids, "reshape") else list(input_ids)
@@ -315,12 +320,14 @@ class Worker:
             line = self.proc.stdout.readline()
         except BrokenPipeError:
             line = ""
-        if not line:
+        if not line:  # the engine died (a crash inside llama.cpp): this cell cannot run here, which is data
             rc = self.proc.wait()
-            raise RuntimeError(f"llama.cpp's process ended (exit status {rc}) during '{op}'")
+            raise CellNotPossible(f"llama.cpp's process ended (exit status {rc}{', a crash' if rc < 0 else ''}) during '{op}'")
         reply = json.loads(line)
         if not reply.get("ok"):
-            raise RuntimeError(reply.get("error", f"llama.cpp's process failed '{op}'"))
+            message = reply.get("error", f"llama.cpp's process failed '{op}'")
+            # llama.cpp said it could not (load, make a context, decode, quantize): data; anything else is a bug here
+            raise (CellNotPossible if reply.get("engine") else RuntimeError)(message)
         return reply
 
     def close(self) -> None:
@@ -373,7 +380,7 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:
                 raise ValueError(f"unknown command {op!r}")
             reply = {"ok": True, **out}
         except Exception as exc:  # noqa: BLE001 - said to the session, which raises it
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "engine": isinstance(exc, EngineError)}
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
     if engine is not None:
