@@ -52,3 +52,21 @@ def test_batch_refuses_cpus_it_may_not_run_on(tmp_path):
     proc = run_batch(tmp_path, "--sessions", "0", "--cpus", "4096")
     assert proc.returncode == 2 and "--cpus [4096]: this process may run only on CPUs" in proc.stderr
     assert not session(tmp_path, 0).exists()
+
+
+def test_llamacpp_cells_run_card_by_card_and_each_mode_gets_the_formats_it_reads():
+    """The machine's GGUF cache holds about two cards' files: a batch over three cards runs all of one
+    card's formats and contexts before the next card's, and never plans a mode with a path it cannot read."""
+    import argparse
+
+    from decodegap.measure.batch import planned
+
+    args = argparse.Namespace(gpu="h200", models=["qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b"], ctx=[2048, 16384],
+                              modes=["generate", "llamacpp"], sessions=[0, 1], attn=["sdpa"], quant=["bf16", "gguf-f16", "gguf-q8-0"])
+    cells = planned(args)
+    assert {(c["mode"], c["quant"]) for c in cells} == {("generate", "bf16"), ("llamacpp", "gguf-f16"), ("llamacpp", "gguf-q8-0")}
+    s0 = [c for c in cells if c["session"] == 0]
+    assert [c["session"] for c in cells] == sorted(c["session"] for c in cells)  # every first session before any second
+    engine_models = [c["model"] for c in s0 if c["mode"] == "llamacpp"]
+    assert engine_models == [m for m in args.models for _ in range(4)]  # 2 formats x 2 contexts per card, card after card
+    assert len(cells) == 2 * 3 * 2 * 3

@@ -23,12 +23,18 @@ from decodegap.core import paths
 
 def planned(args) -> list[dict]:
     """Sessions in the order they run: every cell's first session before any cell's second, so a
-    deadline leaves cells with fewer sessions rather than some with none."""
+    deadline leaves cells with fewer sessions rather than some with none. Each mode gets the weight
+    paths it reads (generate bf16, llamacpp its GGUF formats), and llama.cpp's cells run one card at a
+    time: the machine's GGUF cache holds about two cards' files, so card after card never rewrites one."""
+    from decodegap.core.cells import OWN_MODEL, mode_quant_problem
+
     cells = []
     quants = args.quant if isinstance(args.quant, list) else [args.quant]
     for session, attn, quant, model, ctx, mode in itertools.product(args.sessions, args.attn, quants, args.models, args.ctx, args.modes):
-        cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=attn, quant=quant, mode=mode, session=session))
-    return cells
+        if mode_quant_problem(mode, quant) is None:
+            cells.append(dict(gpu=args.gpu, model=model, ctx=ctx, attn=attn, quant=quant, mode=mode, session=session))
+    # a stable sort: the other cells keep their order, then the engine's, card by card
+    return sorted(cells, key=lambda c: (c["session"], c["mode"] in OWN_MODEL, args.models.index(c["model"]) if c["mode"] in OWN_MODEL else 0))
 
 
 def main(argv=None) -> int:
