@@ -222,8 +222,8 @@ class Session:
             elif self.own_model:
                 from decodegap.measure.engines.llamacpp import LlamaCppDecoder
 
-                dec = LlamaCppDecoder(self.gguf["path"], self.max_cache_len)
-                dec.gguf = {k: v for k, v in self.gguf.items() if k != "path"} | {"file": Path(self.gguf["path"]).name}
+                kept = {k: v for k, v in self.gguf.items() if k != "path"} | {"file": Path(self.gguf["path"]).name}
+                dec = LlamaCppDecoder(self.gguf["path"], self.max_cache_len, gguf=kept)
             else:
                 dec = make_decoder(mode, self.model, self.max_cache_len, self.from_dense.get(mode))
             # an engine in its own process: torch's events would time nothing of it
@@ -403,12 +403,10 @@ def main(argv=None) -> int:
         if out_problem:
             raise ConfigError(out_problem)
         from decodegap.measure.attention import get_attention_path
-        from decodegap.core.cells import arms_of
+        from decodegap.core.cells import arms_of, mode_quant_problem
         from decodegap.measure.weights import get_weight_path
 
         attn, weights, arm_modes = get_attention_path(args.attn), get_weight_path(args.quant), arms_of(args.mode)
-        from decodegap.core.cells import mode_quant_problem
-
         mismatch = mode_quant_problem(args.mode, args.quant)
         if mismatch:
             raise ConfigError(f"--mode {args.mode} --quant {args.quant}: {mismatch}")

@@ -23,10 +23,14 @@ session's own timer does, and the session's LlamaCppDecoder hands it the prompt 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import json
+import math
 import os
 import re
+import select
+import shutil
 import subprocess
 import sys
 import time
@@ -43,7 +47,7 @@ QUANTIZED = ("q8_0", "q4_0", "q4_k_m")
 APPROX_BYTES_PER_WEIGHT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 0.61}
 GGUF_DIR_VARIABLE = "DECODEGAP_GGUF_DIR"  # where a machine keeps the cards' GGUF files (a cache: remade on demand)
 GGUF_SEED = 0  # the random weights of every GGUF file (step time depends on shapes and format, not values)
-from decodegap.measure.weights._gguf import INSTALL  # noqa: E402,F401 - how the package is had
+INSTALL = "llama-cpp-python==0.3.36 built from its source distribution (envs/README.md: llama.cpp)"
 
 
 class EngineError(RuntimeError):
@@ -87,8 +91,6 @@ SPARE_BYTES = 2e9
 
 def _in_use(path: Path) -> bool:
     """Whether a session holds the file (a shared lock on it, hold()): never evicted then."""
-    import fcntl
-
     with open(path, "rb") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -103,10 +105,6 @@ def _make_room(directory: Path, keep: set[str], need_bytes: float, log) -> None:
     touched), least recently used first and none a session holds, until `need_bytes` fit with 2 GB
     to spare: a 7-8B card's three formats are about 30 GB, and a lent GPU's disk holds two cards' at
     most. If they could not fit even with every such file gone, nothing is deleted: CellNotPossible."""
-    import shutil
-
-    from decodegap.core.errors import CellNotPossible
-
     for stale in directory.glob("*.gguf.partial"):  # under the cache's lock, nobody is writing one
         log(f"gguf cache: removing {stale.name}, left by a write that did not finish")
         stale.unlink()
@@ -127,8 +125,6 @@ def _make_room(directory: Path, keep: set[str], need_bytes: float, log) -> None:
 def hold(path):
     """A shared lock on a cached GGUF file while a session uses it (close the returned file to let
     go): the cache never evicts it meanwhile."""
-    import fcntl
-
     f = open(path, "rb")
     fcntl.flock(f, fcntl.LOCK_SH)
     return f
@@ -140,9 +136,6 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, objec
     other formats quantized from it by llama.cpp's own quantizer. One process makes a file at a time
     (the cache's lock file). Returns the path, how it was had and its bytes as the file holds them,
     and the file held (hold()): close it when done with the file."""
-    import fcntl
-    import math
-
     from decodegap.measure.engines.gguf_file import stored_bytes, tensor_specs, write_gguf
 
     say = log or (lambda msg: None)
@@ -183,11 +176,8 @@ def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
 
 
 def quantize_here(src, dst, fmt: str, threads: int | None = None) -> None:
+    """quantize() inside llama.cpp's process, which checked its arguments."""
     L = _lib()
-    if fmt not in QUANTIZED:
-        raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(QUANTIZED)} (f16 is written directly)")
-    if Path(dst).exists():
-        raise FileExistsError(f"{dst}: exists; a GGUF file is written once")
     params = L.llama_model_quantize_default_params()
     params.ftype = FORMATS[fmt]
     params.nthread = threads or os.cpu_count() or 1
@@ -297,7 +287,8 @@ class LlamaCppEngine:
 
 class Worker:
     """llama.cpp's own process (no torch in it), driven one JSON command a line; its log goes to
-    this process's stderr. A command that fails there raises RuntimeError here with its message."""
+    this process's stderr. A command llama.cpp could not do there, or the process dying, raises
+    CellNotPossible here with its message (an invalid cell); a bug in our worker, RuntimeError."""
 
     def __init__(self):
         # the same interpreter, environment and working directory: it finds the package as this process did
@@ -307,8 +298,6 @@ class Worker:
     TIMEOUT_S = 1800.0  # one command (a 16k-token prefill, the loop, a quantization) takes seconds to minutes
 
     def call(self, op: str, **args) -> dict:
-        import select
-
         try:
             self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
             self.proc.stdin.flush()
@@ -398,8 +387,8 @@ class LlamaCppDecoder(Decoder):
     device_clock = False  # its kernels run on llama.cpp's own CUDA stream: host times (each step read back) only
     profiled = False  # no torch step to profile
 
-    def __init__(self, gguf_path, max_cache_len: int, threads: int | None = None):
-        self.max_cache_len, self.gguf = max_cache_len, None
+    def __init__(self, gguf_path, max_cache_len: int, threads: int | None = None, gguf: dict | None = None):
+        self.max_cache_len, self.gguf = max_cache_len, gguf  # gguf: what the record keeps of the file (gguf_for)
         self.worker = Worker()
         try:
             self.info = self.worker.call("load", path=str(gguf_path), n_ctx=max_cache_len, threads=threads)["info"]

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from decodegap.measure.engines.llamacpp import APPROX_BYTES_PER_WEIGHT, FORMATS, INSTALL  # torch-free; llama_cpp is never imported here
 from decodegap.measure.weights.base import WeightPath
-
-FORMATS = ("f16", "q8_0", "q4_0", "q4_k_m")  # decodegap.measure.engines.llamacpp.FORMATS' names
-INSTALL = "llama-cpp-python==0.3.36 built from its source distribution (envs/README.md: llama.cpp)"
 
 
 class GgufFormat(WeightPath):
@@ -19,11 +17,11 @@ class GgufFormat(WeightPath):
     package = "llama-cpp-python"
     module = ""  # llama.cpp loads in its own process (decodegap.measure.engines.llamacpp): never imported beside torch
     engine = "llamacpp"
+    install = INSTALL
 
     def __init__(self, fmt: str):
         if fmt not in FORMATS:
             raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(FORMATS)}")
-        self.install = INSTALL
         self.format, self.name = fmt, "gguf-" + fmt.replace("_", "-")
 
     def unavailable(self, device: str) -> str | None:
@@ -80,6 +78,4 @@ class GgufFormat(WeightPath):
     def bytes_per_layer(self, n: int, k: int) -> int:
         if self.format == "q4_k_m":
             raise ValueError("q4_k_m mixes q4_K and q6_K by tensor: its bytes come from the file")
-        from decodegap.measure.engines.llamacpp import APPROX_BYTES_PER_WEIGHT
-
         return int(n * k * APPROX_BYTES_PER_WEIGHT[self.format])
