@@ -3,6 +3,7 @@ numbers (tests/data/bundled_report_numbers.tsv, which test_pipeline's slow test 
 fresh build), and every command and path it names exists."""
 
 import json
+import sys
 import re
 from pathlib import Path
 
@@ -88,3 +89,43 @@ def test_python_module_commands_the_readme_gives_exist():
     for module in set(re.findall(r"python -m (decodegap(?:\.[a-z_]+)+)", TEXT)):
         rel = Path("scripts", *module.split("."))
         assert (REPO / rel).with_suffix(".py").exists() or (REPO / rel / "__main__.py").exists(), module
+
+
+def engine_ms(numbers, card, ctx, cell, arm):
+    return float(numbers[f"engines/ms_per_step/h200/{card}/ctx{ctx}/sdpa_{cell}/{arm}/completed"])
+
+
+ENGINE_CELLS = [(card, ctx) for card in ("qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b") for ctx in (2048, 16384)]
+
+
+@pytest.mark.parametrize("card,ctx", ENGINE_CELLS)
+def test_the_engines_verdict_holds_in_every_cell_of_the_bundled_report(card, ctx):
+    """The README's verdict (section "Engines at batch 1", and the findings' paragraph) is an ordering
+    written in words: new sessions that overturn it fail here, naming the cell, rather than leave the
+    words standing beside numbers that contradict them."""
+    n = bundled()
+    ms = {name: engine_ms(n, card, ctx, cell, arm) for name, (cell, arm) in {
+        "generate": ("bf16_generate", "generate"),
+        "compiled": ("bf16_ab-graphed-compiled", "compiled"),
+        "fused bf16": ("bf16_ab-graphed-fused", "fused"),
+        "fused fp8": ("fp8_ab-graphed-fused", "fused"),
+        "llama.cpp f16": ("gguf-f16_llamacpp", "llamacpp"),
+        "llama.cpp q8_0": ("gguf-q8-0_llamacpp", "llamacpp"),
+        "llama.cpp q4_K_M": ("gguf-q4-k-m_llamacpp", "llamacpp")}.items()}
+    faster = [("compiled", "generate"), ("llama.cpp f16", "generate"), ("llama.cpp f16", "compiled"),
+              ("fused bf16", "llama.cpp f16"), ("fused fp8", "llama.cpp q8_0"), ("fused fp8", "llama.cpp q4_K_M"),
+              ("llama.cpp q4_K_M", "llama.cpp f16")]
+    wrong = [f"{a} {ms[a]:.2f} ms is not faster than {b} {ms[b]:.2f} ms" for a, b in faster if not ms[a] < ms[b]]
+    assert not wrong, f"{card} ctx {ctx}: " + "; ".join(wrong)
+    # "saves far less time than bytes": the quantized files stream fewer bytes per second than the f16 file
+    tbps = {q: float(n[f"engines/streamed_TBps/h200/{card}/ctx{ctx}/sdpa_{q}_llamacpp/llamacpp/completed"])
+            for q in ("gguf-f16", "gguf-q8-0", "gguf-q4-k-m")}
+    assert tbps["gguf-q4-k-m"] < tbps["gguf-q8-0"] < tbps["gguf-f16"], (card, ctx, tbps)
+
+
+def test_the_engines_verdict_check_fails_on_a_contradicting_number(monkeypatch):
+    numbers = bundled()
+    key = "engines/ms_per_step/h200/qwen2.5-7b/ctx2048/sdpa_gguf-f16_llamacpp/llamacpp/completed"
+    monkeypatch.setattr(sys.modules[__name__], "bundled", lambda: {**numbers, key: "9.99"})
+    with pytest.raises(AssertionError, match="llama.cpp f16 9.99 ms is not faster than generate"):
+        test_the_engines_verdict_holds_in_every_cell_of_the_bundled_report("qwen2.5-7b", 2048)
