@@ -105,3 +105,68 @@ def test_the_gguf_cache_makes_room_by_removing_other_cards_files_least_recently_
     held.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-f16.gguf", "keep-f16.gguf", "my-own-model.gguf"]
     assert [s.split()[3].strip(",") for s in said] == ["d-q4_0.gguf.partial", "b-f16.gguf", "c-q8_0.gguf"]
+
+
+def test_a_file_names_its_card_seed_and_writer_and_anything_else_is_named_for_what_it_is(tmp_path):
+    """identity_problem: the cache's guard against a file that is not the card's (a renamed copy of
+    another card's file, other weights, a copy cut short, a file that is not GGUF or not ours)."""
+    import shutil
+
+    import gguf
+
+    from decodegap.measure.engines.gguf_file import WRITER, identity_problem, write_gguf
+
+    llama, qwen = MODELS["tiny-llama"], MODELS["tiny-qwen"]
+    F16, F32 = 1, 0
+    path = tmp_path / "tiny-llama-f16.gguf"
+    write_gguf(llama, path, seed=0)
+    assert identity_problem(path, llama, F16, 0) is None
+    assert "decodegap.seed is 0, not 7" in identity_problem(path, llama, F16, 7)
+    assert "general.file_type is 1, not 0" in identity_problem(path, llama, F32, 0)
+    other = tmp_path / "renamed.gguf"  # another card's file under this card's name
+    write_gguf(qwen, other, seed=0)
+    assert "decodegap.card is 'tiny-qwen', not 'tiny-llama'" in identity_problem(other, llama, F16, 0)
+    from decodegap.core.config import ModelCard
+
+    wider = ModelCard(**{**vars(llama), "architecture": {**llama.architecture, "intermediate_size": 2 * llama.architecture["intermediate_size"]}})
+    assert "decodegap.card_sha256" in identity_problem(path, wider, F16, 0)  # the card changed since the file was made
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size - 1000])
+    assert identity_problem(cut, llama, F16, 0).startswith(("not a readable GGUF file", "it is cut short"))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all" * 100)
+    assert identity_problem(junk, llama, F16, 0).startswith("not a readable GGUF file")
+    bare = tmp_path / "bare.gguf"  # GGUF, with the card's tensors, but not written by decodegap
+    w = gguf.GGUFWriter(str(bare), "llama")
+    w.add_tensor("token_embd.weight", __import__("numpy").zeros((4, 4), dtype="float16"))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    assert f"not written by {WRITER}" in identity_problem(bare, llama, F16, 0)
+    shutil.copy(path, tmp_path / "copy.gguf")
+    assert identity_problem(tmp_path / "copy.gguf", llama, F16, 0) is None  # a whole copy is the same file
+
+
+def test_the_gguf_cache_makes_a_file_that_is_not_the_cards_again_and_says_why(tmp_path, monkeypatch):
+    """A cached file that is not the card's is made again (the record keeps why), one a session holds
+    meanwhile makes the cell invalid and stays as it is, and a good cached file is used as it is."""
+    from decodegap.core.errors import CellNotPossible
+    from decodegap.measure.engines import llamacpp
+    from decodegap.measure.engines.gguf_file import identity_problem, write_gguf
+
+    monkeypatch.setenv("DECODEGAP_GGUF_DIR", str(tmp_path))
+    llama = MODELS["tiny-llama"]
+    write_gguf(MODELS["tiny-qwen"], tmp_path / "tiny-llama-f16.gguf", seed=0)  # another card's file under this card's name
+    held = llamacpp.hold(tmp_path / "tiny-llama-f16.gguf")
+    before = (tmp_path / "tiny-llama-f16.gguf").read_bytes()
+    with pytest.raises(CellNotPossible, match="tiny-llama-f16.gguf: not tiny-llama's f16.gguf file.*decodegap.card is 'tiny-qwen'.*holds it"):
+        llamacpp.gguf_for(llama, "f16")
+    held.close()
+    assert (tmp_path / "tiny-llama-f16.gguf").read_bytes() == before
+    said = []
+    info, held = llamacpp.gguf_for(llama, "f16", log=said.append)
+    held.close()
+    assert "decodegap.card is 'tiny-qwen'" in info["made_in_session"]["replaced"]["tiny-llama-f16.gguf"]
+    assert info["made_in_session"]["write"]["seed"] == 0 and any("making it again" in s for s in said)
+    assert identity_problem(tmp_path / "tiny-llama-f16.gguf", llama, 1, 0) is None
+    info, held = llamacpp.gguf_for(llama, "f16")
+    held.close()
+    assert info["made_in_session"] is None  # now the card's own: used as it is

@@ -63,8 +63,8 @@ def test_the_rope_order_and_biases_give_transformers_logits(tmp_path, key):
 
 
 def test_llamas_quantizer_makes_smaller_files_and_refuses_to_overwrite(tmp_path):
-    from decodegap.measure.engines.gguf_file import stored_bytes, write_gguf
-    from decodegap.measure.engines.llamacpp import LlamaCppDecoder, build_info, quantize
+    from decodegap.measure.engines.gguf_file import identity_problem, stored_bytes, write_gguf
+    from decodegap.measure.engines.llamacpp import FORMATS, LlamaCppDecoder, build_info, quantize
 
     # a card whose rows hold whole 32- and 256-value blocks, so every matrix takes the format
     card = MODELS["tiny-llama"]
@@ -79,6 +79,9 @@ def test_llamas_quantizer_makes_smaller_files_and_refuses_to_overwrite(tmp_path)
         quantize(f16["path"], tmp_path / f"{fmt}.gguf", fmt, threads=1)
         sizes[fmt] = stored_bytes(tmp_path / f"{fmt}.gguf")
         assert sizes[fmt]["param_count"] == sizes["f16"]["param_count"]
+        # llama.cpp's quantizer keeps the source's identity: the cache knows its files for the card's
+        assert identity_problem(tmp_path / f"{fmt}.gguf", card, FORMATS[fmt], 0) is None
+        assert "general.file_type" in identity_problem(tmp_path / f"{fmt}.gguf", card, FORMATS["f16"], 0)
     step = {k: v["step_weight_bytes"] for k, v in sizes.items()}
     assert step["f16"] > step["q8_0"] > step["q4_k_m"] > step["q4_0"]  # 16, 8.5, 4.5+, 4.5 bits a weight
     assert 0.5 < step["q8_0"] / step["f16"] < 0.6 and "Q8_0" in sizes["q8_0"]["types"] and "Q4_0" in sizes["q4_0"]["types"]
@@ -139,6 +142,7 @@ def test_a_llamacpp_session_times_llamas_own_step_on_the_cards_file_and_counts_i
     engine = arm["engine"]
     assert engine["build"]["engine"] == "llama.cpp" and engine["gguf"]["format"] == quant[5:].replace("-", "_")
     assert engine["gguf"]["made_in_session"] is not None  # the first session made the file
+    assert engine["gguf"]["identity"]["decodegap.card"] == "tiny-qwen" and engine["gguf"]["identity"]["decodegap.seed"] == 0
     fmt = quant[5:].replace("-", "_")
     on_disk = stored_bytes(tmp_path / "gguf" / f"tiny-qwen-{fmt}.gguf")
     assert rec["floor"]["weight_bytes"] == on_disk["tensor_bytes"]

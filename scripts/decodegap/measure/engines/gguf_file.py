@@ -15,16 +15,38 @@ frequency scaling table is left out (it changes the rotation's angles, not its c
 `write_gguf` streams tensor by tensor (a 7-8B card is 15-16 GB at float16), and returns what the
 record keeps: the path, the file's bytes, tensor and parameter counts, and the bytes a decode step
 reads (every tensor as stored but the token embedding table, of which a step reads one row).
+
+Every file names what it is in its metadata (`identity`: the card's key and a digest of its
+architecture, the seed, this writer's version), which llama.cpp's quantizer copies into the files it
+makes; `identity_problem` reads that back, with the tensors' names and shapes, the file type and
+the file's length, so that a machine's cache never hands a session a file that is not the card's
+(another card's, an older writer's, a truncated copy, a file put there by hand).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
 ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}  # transformers model_type -> llama.cpp architecture
 FILE_TYPES = {"f32": 0, "f16": 1}  # llama.cpp's LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16
 INIT_STD = 0.02
+WRITER = "decodegap.gguf_file/1"  # a change to what a card's file holds gets a new version: cached files are then made again
+OWN_WEIGHTS_SEED = -1  # the decodegap.seed of a file holding a transformers model's own weights, not random ones
+
+
+def card_digest(card) -> str:
+    """sha256 of what the file is made from: the card's model type and architecture."""
+    return hashlib.sha256(json.dumps({"model_type": card.model_type, "architecture": card.architecture},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def identity(card, seed: int) -> dict:
+    """The metadata by which a GGUF file says which card and weights it holds, and who wrote it."""
+    return {"decodegap.card": card.key, "decodegap.card_sha256": card_digest(card), "decodegap.seed": int(seed),
+            "decodegap.writer": WRITER}
 
 
 def tensor_specs(card) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -73,8 +95,11 @@ def _rope_permute(w, n_head: int):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def _metadata(writer, card, file_type: str) -> None:
+def _metadata(writer, card, file_type: str, seed: int) -> None:
     import gguf
+
+    for key, value in identity(card, seed).items():
+        (writer.add_int32 if isinstance(value, int) else writer.add_string)(key, value)
 
     a = card.architecture
     hd = a.get("head_dim") or a["hidden_size"] // a["num_attention_heads"]
@@ -129,7 +154,7 @@ def write_gguf(card, path, *, seed: int = 0, file_type: str = "f16", device: str
     tmp = path.with_name(path.name + ".partial")
     try:  # a write that fails leaves no partial file of up to 16 GB behind
         writer = gguf.GGUFWriter(str(tmp), ARCH[card.model_type])
-        _metadata(writer, card, file_type)
+        _metadata(writer, card, file_type, seed if state_dict is None else OWN_WEIGHTS_SEED)
         for name, shape, matrix in specs:
             dt = mat_dtype if matrix else np.float32
             writer.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize, raw_dtype=raw[dt])
@@ -187,3 +212,39 @@ def stored_bytes(path) -> dict:
             "step_weight_bytes": total if tied else total - int(emb.n_bytes) + int(emb.n_bytes) // rows,
             "param_count": sum(int(t.n_elements) for t in reader.tensors),
             "types": sorted({t.tensor_type.name for t in reader.tensors})}
+
+
+def identity_problem(path, card, file_type: int, seed: int) -> str | None:
+    """Why the GGUF file at `path` is not `card`'s file of llama.cpp file type `file_type` (llama.h's
+    llama_ftype) with the random weights of `seed` as this writer makes it, or None when it is: it
+    must read as GGUF, carry identity(card, seed), hold exactly the card's tensors in their shapes,
+    and be as long as its tensors say (a copy cut short reads as GGUF up to its data)."""
+    import gguf
+
+    path = Path(path)
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - any way of not being GGUF is the answer
+        return f"not a readable GGUF file ({type(exc).__name__}: {exc})"
+
+    def value(key):
+        field = reader.fields.get(key)
+        return None if field is None else field.contents()
+
+    for key, want in identity(card, seed).items():
+        got = value(key)
+        if got is None:
+            return f"it has no {key} (not written by {WRITER})"
+        if got != want:
+            return f"its {key} is {got!r}, not {want!r}"
+    if value("general.file_type") != file_type:
+        return f"its general.file_type is {value('general.file_type')!r}, not {file_type}"
+    shapes = {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}  # ggml's ne: the numpy shape reversed
+    want = {name: tuple(reversed(shape)) for name, shape, _ in tensor_specs(card)}
+    if shapes != want:
+        wrong = sorted(set(shapes) ^ set(want)) or sorted(n for n in want if shapes[n] != want[n])
+        return f"its tensors are not the card's ({len(shapes)} against {len(want)}; first differing: {wrong[0]})"
+    end = max(int(t.data_offset) + int(t.n_bytes) for t in reader.tensors)  # gguf's reader refuses most such files itself
+    if path.stat().st_size < end:
+        return f"it is cut short: {path.stat().st_size} bytes, its tensors end at {end}"
+    return None

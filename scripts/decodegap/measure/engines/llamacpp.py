@@ -134,9 +134,12 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, objec
     """The card's GGUF file in format `fmt` from this machine's cache (gguf_dir()), made if absent:
     the f16 file written from the card with random weights (seed GGUF_SEED, drawn on `device`), the
     other formats quantized from it by llama.cpp's own quantizer. One process makes a file at a time
-    (the cache's lock file). Returns the path, how it was had and its bytes as the file holds them,
+    (the cache's lock file). A cached file that is not the card's as this writer makes it
+    (gguf_file.identity_problem: another card's, an older writer's, cut short, put there by hand) is
+    removed and made again, and the record says why; one that a session holds meanwhile makes the
+    cell invalid instead. Returns the path, how it was had and its bytes as the file holds them,
     and the file held (hold()): close it when done with the file."""
-    from decodegap.measure.engines.gguf_file import stored_bytes, tensor_specs, write_gguf
+    from decodegap.measure.engines.gguf_file import identity, identity_problem, stored_bytes, tensor_specs, write_gguf
 
     say = log or (lambda msg: None)
     if fmt not in FORMATS:
@@ -147,6 +150,17 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, objec
     made: dict = {}
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        for p, ftype in [(path, FORMATS[fmt])] + ([(f16, FORMATS["f16"])] if fmt != "f16" else []):
+            if p.exists() and (p == path or not path.exists()):  # the f16 file matters only when the format is to be made
+                problem = identity_problem(p, card, ftype, GGUF_SEED)
+                if problem is None:
+                    continue
+                if _in_use(p):
+                    raise CellNotPossible(f"{p}: not {card.key}'s {p.name.rsplit('-', 1)[-1]} file as decodegap writes it "
+                                          f"({problem}), and a session holds it, so it cannot be made again now")
+                say(f"gguf cache: {p.name} is not {card.key}'s file as decodegap writes it ({problem}): making it again")
+                p.unlink()
+                made.setdefault("replaced", {})[p.name] = problem
         if not path.exists():
             params = sum(math.prod(shape) for _, shape, _ in tensor_specs(card))
             need = (0 if f16.exists() else 2 * params) + (0 if fmt == "f16" else APPROX_BYTES_PER_WEIGHT[fmt] * params)
@@ -161,7 +175,8 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, objec
                 os.utime(f16)  # used: the least recently used go first
         os.utime(path)
         held = hold(path)  # before the cache's lock is let go: no eviction in between
-    return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None, **stored_bytes(path)}, held
+    return {"path": path.as_posix(), "format": fmt, "seed": GGUF_SEED, "made_in_session": made or None,
+            "identity": identity(card, GGUF_SEED), **stored_bytes(path)}, held  # identity: what the file was checked to be
 
 
 def quantize(src, dst, fmt: str, threads: int | None = None) -> None:
