@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps attention levers gemv tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
+        [--parts checks steps ceiling attention levers gemv tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -19,6 +19,13 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              bandwidth; then the step taken apart by capturing its GEMV launches alone and its
              attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest);
              and a check of one step's logits against the same step in plain PyTorch ops
+  ceiling    what one launch per matrix can stream at all: the step's weight reads (each layer's qkv,
+             o, gate_up and down in the format, then the output projection) done by a kernel that only
+             reads (a streaming sum, no arithmetic worth the name), each launch the bytes the step's
+             GEMV of that role reads, the best of a few launch shapes per role, as one CUDA graph of
+             distinct buffers (no L2 reuse); beside it one launch reading all of those bytes. Set against
+             the step's own GEMV time (steps) and the issue's bandwidth targets, it says whether a
+             step built of one launch per matrix could reach them, whatever its GEMVs did
   attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
              with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   levers     the step with each lever on and off side by side (programmatic dependent launch; the
@@ -48,9 +55,13 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "steps", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
-CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
+CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}
+# the read-only kernel's launch shapes, (int32 words a block, blocks a program, warps): the ceiling takes the best per role
+READ_SHAPES = ((2048, 1, 4), (4096, 1, 8), (4096, 4, 8), (4096, 16, 8), (8192, 8, 16))
+# the issue's targets, streamed bytes per second of the whole step (weights as stored without the embedding table, plus KV)
+TARGET_TBPS = {"dense": 3.9, "fp8": 3.5, "int4": 2.9}  # relative L2 of a kernel against float32 (bf16: its roundings)
 
 
 class Run:
@@ -211,6 +222,126 @@ def run_gemv(run, cards, models, quants, device, dtype):
                     bench = None
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
+
+
+_STREAM_READ = None
+
+
+def stream_read_kernel():
+    """A Triton kernel that reads int32 words and keeps one sum a program (so the loads stay): the
+    least work a launch can do with a matrix's bytes."""
+    global _STREAM_READ
+    if _STREAM_READ is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def stream_read(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+            pid = tl.program_id(0)
+            acc = tl.zeros([BLOCK], dtype=tl.int32)
+            for i in range(ITERS):
+                offs = (pid * ITERS + i) * BLOCK + tl.arange(0, BLOCK)
+                acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0)
+            tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+        _STREAM_READ = stream_read
+    return _STREAM_READ
+
+
+def read_launch(buf, out, shape):
+    """One launch reading every word of `buf` (int32) with launch shape (BLOCK, ITERS, warps)."""
+    block, iters, warps = shape
+    n = buf.numel()
+    stream_read_kernel()[(-(-n // (block * iters)),)](buf, out, n, BLOCK=block, ITERS=iters, num_warps=warps)
+
+
+def read_shapes(device) -> tuple:
+    return READ_SHAPES if device.type == "cuda" else ((4096, 4, 1),)  # the interpreter: one shape, few programs
+
+
+def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import L2_FLUSH_BYTES, RoleBench, graph_us
+
+    out = run.results.setdefault("ceiling", [])
+    n_dev = 20 if device.type == "cuda" else 1
+    for key in models:
+        a = cards[key].architecture
+        layers = a["num_hidden_layers"]
+        for fmt in formats_of(quants):
+            if not run.enough(f"ceiling {key} {fmt}", 40):
+                continue
+            try:
+                roles = [r for r in fk.ROLES if r != "lm_head"]
+                launch_bytes = {}
+                for role in roles + ["lm_head"]:  # what the step's GEMV of each role reads, as RoleBench counts it
+                    bench = RoleBench(role, fmt if role != "lm_head" else "dense", a, device, dtype, copies=1,
+                                      qkv_bias=cards[key].model_type == "qwen2")
+                    launch_bytes[role] = bench.bytes
+                    del bench
+                words = {role: -(-b // 4) for role, b in launch_bytes.items()}
+                sink = torch.empty(1 << 20, dtype=torch.int32, device=device)
+                best = {}
+                for role, w in words.items():  # each role alone, cycling over copies past L2, each read shape
+                    copies = max(1, -(-L2_FLUSH_BYTES // (4 * w))) if device.type == "cuda" else 1
+                    bufs = [torch.ones(w, dtype=torch.int32, device=device) for _ in range(copies)]
+                    times = {shape: graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device)
+                             for shape in read_shapes(device)}
+                    shape = min(times, key=times.get)
+                    best[role] = {"shape": shape, "us": times[shape], "GBps": 4 * w / times[shape] / 1e3}
+                    del bufs
+                # the step's reads in the step's order, each from its own buffer, as one graph
+                seq = [(role, torch.ones(words[role], dtype=torch.int32, device=device)) for _ in range(layers) for role in roles]
+                seq.append(("lm_head", torch.ones(words["lm_head"], dtype=torch.int32, device=device)))
+
+                def twin():
+                    for role, buf in seq:
+                        read_launch(buf, sink, best[role]["shape"])
+
+                total = sum(4 * b.numel() for _, b in seq)
+                twin_ms = device_ms(capture(twin, device), n_dev, device)
+                del seq
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                whole = torch.ones(total // 4, dtype=torch.int32, device=device)
+                one_ms = min(device_ms(capture(lambda s=s: read_launch(whole, sink, s), device), n_dev, device) for s in read_shapes(device))
+                del whole
+                row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin_ms,
+                       "twin_TBps": total / twin_ms / 1e9, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
+                       "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()}}
+                # the step's own GEMVs of this format at its first context, measured in this run (steps)
+                quant = {"dense": "bf16", "fp8": "fp8", "int4": "int4-triton"}[fmt]
+                step = next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
+                             and "gemv_ms" in s), None)
+                if step:
+                    row["step_gemv_ms"], row["step_ms"], row["step_ctx"] = step["gemv_ms"], step["device_ms"], step["ctx"]
+                    row["gemv_over_twin"] = step["gemv_ms"] / twin_ms
+                    streamed = step["weight_bytes"] + step["kv_bytes"]
+                    row["target_TBps"] = TARGET_TBPS[fmt]
+                    row["target_step_ms"] = streamed / (TARGET_TBPS[fmt] * 1e12) * 1e3
+                    row["twin_alone_over_target"] = twin_ms / row["target_step_ms"]
+                out.append(row)
+                run.say(ceiling_line(row))
+            except Exception as exc:  # noqa: BLE001
+                out.append({"model": key, "format": fmt, "error": first_line(exc)})
+                run.say(f"ceiling {key} {fmt}: {first_line(exc)}")
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+
+
+def ceiling_line(row) -> str:
+    roles = " ".join(f"{r} {v['us']:.2f} us {v['GBps']:.0f} GB/s" for r, v in row["roles"].items())
+    txt = (f"ceiling {row['model']:16s} {row['format']:5s}: {row['launches']} read-only launches of the step's "
+           f"{row['bytes'] / 1e9:.3f} GB take {row['twin_ms']:.3f} ms ({row['twin_TBps']:.2f} TB/s); one launch "
+           f"{row['one_launch_ms']:.3f} ms ({row['one_launch_TBps']:.2f} TB/s); copy {row['copy_TBps']:.2f} TB/s | {roles}")
+    if "step_gemv_ms" in row:
+        txt += (f" | the step's GEMVs (ctx {row['step_ctx']}) {row['step_gemv_ms']:.3f} ms = {row['gemv_over_twin']:.2f}x the "
+                f"read-only launches; a step at the {row['target_TBps']} TB/s target takes {row['target_step_ms']:.3f} ms, the "
+                f"read-only launches alone {row['twin_alone_over_target']:.2f}x that")
+    return txt
 
 
 def run_attention(run, cards, models, ctxs, device, dtype):
@@ -529,6 +660,14 @@ def summary(run) -> None:
     for s in r.get("steps", []):
         if "error" in s:
             print(f"{s['model']:16s} {s['quant']:14s} {s['ctx']:>6d} cannot run: {s['error'][:120]}")
+    ceil = [c for c in r.get("ceiling", []) if "twin_ms" in c]
+    if ceil:
+        print(f"\n{'model':16s} {'format':6s} {'GB':>7s} {'launches':>8s} {'read ms':>8s} {'TB/s':>6s} {'one ms':>8s} {'TB/s':>6s} "
+              f"{'GEMV ms':>8s} {'x read':>7s} {'target ms':>9s}")
+        for c in ceil:
+            gm = f"{c['step_gemv_ms']:8.3f} {c['gemv_over_twin']:7.2f} {c['target_step_ms']:9.3f}" if "step_gemv_ms" in c else f"{'--':>8s} {'--':>7s} {'--':>9s}"
+            print(f"{c['model']:16s} {c['format']:6s} {c['bytes'] / 1e9:7.3f} {c['launches']:>8d} {c['twin_ms']:8.3f} {c['twin_TBps']:6.2f} "
+                  f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
     att = r.get("attention", [])
     if att:
         print(f"\n{'layout':10s} {'ctx':>6s} {'ours best (variant)':>34s} {'flash':>8s} {'cudnn':>8s} {'dispatch':>8s}  us/layer")
@@ -627,6 +766,8 @@ def main(argv=None) -> int:
                 run.part(name, run_gemv, run, cards, model_parts, a.quant, device, dtype)
             elif name == "attention":
                 run.part(name, run_attention, run, cards, a.models, a.attn_ctx, device, dtype)
+            elif name == "ceiling":
+                run.part(name, run_ceiling, run, cards, model_parts, a.quant, device, dtype, copy_Bps)
             elif name == "steps":
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":

@@ -38,6 +38,23 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert {a["layout"] for a in got["attention"]} == {"6/2/64", "4/2/64"}
     assert all("us" in v for a in got["attention"] for v in a["ours"].values())
     assert {lv["lever"] for lv in got["levers"]} >= {"table", "tuned"}
+    ceiling = {c["format"]: c for c in got["ceiling"]}
+    assert set(ceiling) == {"dense", "fp8", "int4"} and all(c["twin_ms"] > 0 and c["launches"] == 2 * 4 + 1 for c in ceiling.values())
+    assert ceiling["fp8"]["bytes"] < ceiling["dense"]["bytes"] and "gemv_over_twin" in ceiling["dense"]  # steps ran first
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out
+
+
+@pytest.mark.parametrize("n_words", [1, 4095, 4096 * 4 + 7, 50_000])
+def test_the_read_only_kernel_reads_every_word_once(n_words):
+    """The ceiling's kernel: were it to skip words, its bandwidth would flatter every bound drawn from it."""
+    import torch
+
+    fl = _benchmark()
+    for shape in ((4096, 4, 1), (2048, 1, 4)):
+        buf = torch.arange(1, n_words + 1, dtype=torch.int32)
+        out = torch.zeros(1 << 12, dtype=torch.int32)
+        fl.read_launch(buf, out, shape)
+        programs = -(-n_words // (shape[0] * shape[1]))
+        assert int(out[:programs].sum()) == n_words * (n_words + 1) // 2 and not out[programs:].any()
