@@ -239,8 +239,8 @@ def stream_read_kernel():
         def stream_read(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
             pid = tl.program_id(0)
             acc = tl.zeros([BLOCK], dtype=tl.int32)
-            for i in range(ITERS):
-                offs = (pid * ITERS + i) * BLOCK + tl.arange(0, BLOCK)
+            for i in range(ITERS):  # 64-bit offsets: one launch of a whole step's bytes passes 2**31 words
+                offs = (pid.to(tl.int64) * ITERS + i) * BLOCK + tl.arange(0, BLOCK)
                 acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0)
             tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
@@ -252,7 +252,10 @@ def read_launch(buf, out, shape):
     """One launch reading every word of `buf` (int32) with launch shape (BLOCK, ITERS, warps)."""
     block, iters, warps = shape
     n = buf.numel()
-    stream_read_kernel()[(-(-n // (block * iters)),)](buf, out, n, BLOCK=block, ITERS=iters, num_warps=warps)
+    programs = -(-n // (block * iters))
+    if programs > out.numel():
+        raise ValueError(f"read_launch: {programs} programs, a sum each, and room for {out.numel()}")
+    stream_read_kernel()[(programs,)](buf, out, n, BLOCK=block, ITERS=iters, num_warps=warps)
 
 
 def read_shapes(device) -> tuple:
@@ -282,7 +285,8 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                     launch_bytes[role] = bench.bytes
                     del bench
                 words = {role: -(-b // 4) for role, b in launch_bytes.items()}
-                sink = torch.empty(1 << 20, dtype=torch.int32, device=device)
+                total_words = layers * sum(words[r] for r in roles) + words["lm_head"]
+                sink = torch.empty(-(-total_words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
                 best = {}
                 for role, w in words.items():  # each role alone, cycling over copies past L2, each read shape
                     copies = max(1, -(-L2_FLUSH_BYTES // (4 * w))) if device.type == "cuda" else 1

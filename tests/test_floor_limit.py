@@ -58,3 +58,5 @@ def test_the_read_only_kernel_reads_every_word_once(n_words):
         fl.read_launch(buf, out, shape)
         programs = -(-n_words // (shape[0] * shape[1]))
         assert int(out[:programs].sum()) == n_words * (n_words + 1) // 2 and not out[programs:].any()
+    with pytest.raises(ValueError, match="programs, a sum each, and room for 1"):  # never a store past its sums' buffer
+        fl.read_launch(torch.ones(3 * 4096, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), (4096, 1, 1))
