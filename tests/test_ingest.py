@@ -257,3 +257,38 @@ def test_an_environment_record_enters_as_data_and_is_never_replaced(tmp_path):
     assert any("already recorded with other bytes" in r for r in changed["refused"])
     wrong = ingest([archive(tmp_path, "c", {"results/environment/h100-sxm5@x.json": json.dumps(record).encode()})], store, say=lambda _: None)
     assert any("the record of gpu 'h200' under the name of 'h100-sxm5'" in r for r in wrong["refused"])
+
+
+def test_an_engine_record_must_trace_its_bytes_to_its_own_file_and_be_a_cell_we_measure(tmp_path):
+    """A llama.cpp session takes its floor's bytes from its GGUF file: a record whose floor says
+    otherwise, whose file is another format than its cell's, that names no file, or whose cell pairs
+    a mode with a weight path no session runs (generate on a GGUF format, llama.cpp on bf16) was not
+    written by the session command, and never enters; the real record does."""
+    from conftest import REPO
+
+    real = REPO / "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_gguf-q8-0_llamacpp/s00.json"
+    rec = lambda: json.loads(real.read_bytes())  # noqa: E731
+    edited_floor = rec()
+    edited_floor["floor"]["weight_bytes"] //= 2
+    other_format = rec()
+    other_format["arms"][0]["engine"]["gguf"]["format"] = "q4_k_m"
+    no_file = rec()
+    del no_file["arms"][0]["engine"]["gguf"]
+    on_bf16 = rec()
+    on_bf16["cell"]["quant"] = "bf16"
+    generate_gguf = rec()
+    generate_gguf["cell"]["mode"] = "generate"
+    cells = {"floor": edited_floor, "format": other_format, "file": no_file, "bf16": on_bf16, "generate": generate_gguf}
+    files = {paths.session_path(session=0, **{**r["cell"], "ctx": 2048 + i}).as_posix(): encode({**r, "cell": {**r["cell"], "ctx": 2048 + i}})
+             for i, r in enumerate(cells.values())}
+    result = ingest([archive(tmp_path, "a", files)], tmp_path / "store", say=lambda _: None)
+    text = "\n".join(result["refused"])
+    assert "its floor's weight bytes" in text and "are not its file's" in text
+    assert "its file's format is 'q4_k_m', not the cell's 'q8_0'" in text
+    assert "no model file recorded (engine.gguf)" in text
+    assert "mode 'llamacpp' runs its own model from a file in one of its formats" in text
+    assert "weight path 'gguf-q8-0' is a file format of the engine 'llamacpp': only mode 'llamacpp' runs it, not 'generate'" in text
+    assert len(result["refused"]) == 5 and not result["added"], result["refused"]
+    good = ingest([archive(tmp_path, "b", {paths.session_path(session=0, **rec()["cell"]).as_posix(): real.read_bytes()})],
+                  tmp_path / "store", say=lambda _: None)
+    assert len(good["added"]) == 1 and not good["refused"]

@@ -282,7 +282,7 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
     arms, per-step lists of another length than the steps, and, for a cell of a CUDA GPU type
     (`gpu_device`, the analysis config's), timed steps from another device or with no GPU UUID (the
     machine it ran on is the statistics' unit: it cannot be guessed from a host name)."""
-    from decodegap.core.cells import arms_of
+    from decodegap.core.cells import OWN_MODEL, arms_of, mode_quant_problem
     from decodegap.core.errors import ConfigError
 
     out = []
@@ -290,6 +290,13 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
         expected = arms_of(record["cell"]["mode"])
     except ConfigError as exc:
         return [str(exc)]
+    cell = record["cell"]
+    mismatch = mode_quant_problem(cell["mode"], cell["quant"])  # a cell no session command measures
+    if mismatch:
+        out.append(mismatch)
+    for arm in record["arms"]:
+        if arm["mode"] in OWN_MODEL:
+            out.extend(_own_model_problems(record, arm))
     modes = [a["mode"] for a in record["arms"]]
     if modes and modes != expected:
         out.append(f"its arms are {modes}, not the arms {expected} of mode {record['cell']['mode']}")
@@ -307,6 +314,26 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
             out.append(f"timed on device {env.get('device_type')!r}, but gpu '{record['cell']['gpu']}' is a CUDA GPU type")
         if not (env.get("gpu") or {}).get("uuid"):
             out.append("no GPU UUID: the machine it ran on is unknown (the statistics resample machines)")
+    return out
+
+
+def _own_model_problems(record: dict, arm: dict) -> list[str]:
+    """An engine's arm on its own model file (llama.cpp's GGUF): the file it names must be the cell's
+    format, and the floor's bytes the file's (the session takes them from the file; a record whose
+    floor says otherwise was not written by it)."""
+    g = (arm.get("engine") or {}).get("gguf")
+    if not isinstance(g, dict):
+        return [f"arm {arm['mode']}: no model file recorded (engine.gguf): its bytes cannot be traced to one"]
+    out = []
+    fmt = record["cell"]["quant"].removeprefix("gguf-").replace("-", "_")  # gguf-q4-k-m -> q4_k_m
+    if g.get("format") != fmt:
+        out.append(f"arm {arm['mode']}: its file's format is {g.get('format')!r}, not the cell's {fmt!r}")
+    floor = record.get("floor") or {}
+    tensor_bytes = g.get("tensor_bytes")
+    no_embedding = None if tensor_bytes is None else tensor_bytes - (0 if g.get("tied_embeddings") else g.get("embedding_bytes") or 0)
+    if floor.get("weight_bytes") != tensor_bytes or floor.get("weight_bytes_no_embedding") != no_embedding:
+        out.append(f"arm {arm['mode']}: its floor's weight bytes ({floor.get('weight_bytes')}, {floor.get('weight_bytes_no_embedding')} "
+                   f"without the embedding table) are not its file's ({tensor_bytes}, {no_embedding})")
     return out
 
 
