@@ -57,11 +57,12 @@ from decodegap.core.config import load_gpu, load_models
 
 PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
-CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}
+CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
 # the read-only kernel's launch shapes, (int32 words a block, blocks a program, warps): the ceiling takes the best per role
 READ_SHAPES = ((2048, 1, 4), (4096, 1, 8), (4096, 4, 8), (4096, 16, 8), (8192, 8, 16))
 # the targets, streamed bytes per second of the whole step (weights as stored without the embedding table, plus KV)
-TARGET_TBPS = {"dense": 3.9, "fp8": 3.5, "int4": 2.9}  # relative L2 of a kernel against float32 (bf16: its roundings)
+TARGET_TBPS = {"dense": 3.9, "fp8": 3.5, "int4": 2.9}
+FORMAT_OF = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight path whose own GEMVs read each storage format
 
 
 class Run:
@@ -316,7 +317,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                        "twin_TBps": total / twin_ms / 1e9, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
                        "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()}}
                 # the step's own GEMVs of this format at its first context, measured in this run (steps)
-                quant = {"dense": "bf16", "fp8": "fp8", "int4": "int4-triton"}[fmt]
+                quant = next(q for q, f in FORMAT_OF.items() if f == fmt)
                 step = next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
                              and "gemv_ms" in s), None)
                 if step:
@@ -608,8 +609,7 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
 
 
 def formats_of(quants) -> list:
-    fmts = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}
-    return [fmts[q] for q in quants if q in fmts] or ["dense"]
+    return [FORMAT_OF[q] for q in quants if q in FORMAT_OF] or ["dense"]
 
 
 def layouts(cards, models) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 from decodegap.core import manifest, paths
 from decodegap.core.config import load_gpus, load_models
 from decodegap.core.floor import MemoryFloor, kv_bytes
-from decodegap.core.cells import OWN_MODEL, arms_of
+from decodegap.core.cells import OWN_MODEL, arms_of, gguf_format
 from decodegap.core.record import build_record, floor_record, write_session
 from decodegap.core.protocol import Protocol
 
@@ -60,7 +60,7 @@ def record(cell: dict, session: int, n_steps: int, rng: np.random.Generator, bas
             arms[-1]["layers_per_step"] = card.architecture["num_hidden_layers"]
         if mode in OWN_MODEL:  # an engine on its own file: the floor's bytes are the file's, as a session takes them
             arms[-1]["engine"] = {"loop": "synthetic", "build": {"engine": "synthetic"}, "gguf": {
-                "format": cell["quant"].removeprefix("gguf-").replace("-", "_"), "tensor_bytes": w,
+                "format": gguf_format(cell["quant"]), "tensor_bytes": w,
                 "embedding_bytes": w - w_noemb, "tied_embeddings": card.tied_embeddings, "file": "synthetic"}}
     return build_record(
         cell=cell, session=session, seed=session, reasons=list(reasons or []), warnings=[], protocol=protocol,

@@ -127,6 +127,16 @@ OWN_LOOP = ("generate",)
 # another arm, so single-arm cells too, and their weights are the engine's own formats.
 OWN_MODEL = ("llamacpp",)
 SINGLE_ARM = OWN_LOOP + OWN_MODEL
+
+
+def gguf_format(quant: str) -> str:
+    """llama.cpp's name of the GGUF format a weight path names: gguf-q4-k-m -> q4_k_m."""
+    return quant.removeprefix("gguf-").replace("-", "_")
+
+
+def gguf_quant(fmt: str) -> str:
+    """The weight path of llama.cpp's GGUF format `fmt`: q4_k_m -> gguf-q4-k-m."""
+    return "gguf-" + fmt.replace("_", "-")
 AB_MODES = tuple(f"ab-{a}-{b}" for a in MODE_NAMES for b in MODE_NAMES if a != b and a not in SINGLE_ARM and b not in SINGLE_ARM)
 
 

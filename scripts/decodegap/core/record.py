@@ -282,7 +282,7 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
     arms, per-step lists of another length than the steps, and, for a cell of a CUDA GPU type
     (`gpu_device`, the analysis config's), timed steps from another device or with no GPU UUID (the
     machine it ran on is the statistics' unit: it cannot be guessed from a host name)."""
-    from decodegap.core.cells import OWN_MODEL, arms_of, mode_quant_problem
+    from decodegap.core.cells import OWN_MODEL, arms_of, gguf_format, mode_quant_problem
     from decodegap.core.errors import ConfigError
 
     out = []
@@ -296,7 +296,7 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
         out.append(mismatch)
     for arm in record["arms"]:
         if arm["mode"] in OWN_MODEL:
-            out.extend(_own_model_problems(record, arm))
+            out.extend(_own_model_problems(record, arm, gguf_format(cell["quant"])))
     modes = [a["mode"] for a in record["arms"]]
     if modes and modes != expected:
         out.append(f"its arms are {modes}, not the arms {expected} of mode {record['cell']['mode']}")
@@ -317,7 +317,7 @@ def analysis_problems(record: dict, gpu_device: str | None) -> list[str]:
     return out
 
 
-def _own_model_problems(record: dict, arm: dict) -> list[str]:
+def _own_model_problems(record: dict, arm: dict, fmt: str) -> list[str]:
     """An engine's arm on its own model file (llama.cpp's GGUF): the file it names must be the cell's
     format, and the floor's bytes the file's (the session takes them from the file; a record whose
     floor says otherwise was not written by it)."""
@@ -325,7 +325,6 @@ def _own_model_problems(record: dict, arm: dict) -> list[str]:
     if not isinstance(g, dict):
         return [f"arm {arm['mode']}: no model file recorded (engine.gguf): its bytes cannot be traced to one"]
     out = []
-    fmt = record["cell"]["quant"].removeprefix("gguf-").replace("-", "_")  # gguf-q4-k-m -> q4_k_m
     if g.get("format") != fmt:
         out.append(f"arm {arm['mode']}: its file's format is {g.get('format')!r}, not the cell's {fmt!r}")
     floor = record.get("floor") or {}

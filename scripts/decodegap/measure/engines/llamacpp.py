@@ -150,17 +150,20 @@ def gguf_for(card, fmt: str, device: str = "cpu", log=None) -> tuple[dict, objec
     made: dict = {}
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for p, ftype in [(path, FORMATS[fmt])] + ([(f16, FORMATS["f16"])] if fmt != "f16" else []):
-            if p.exists() and (p == path or not path.exists()):  # the f16 file matters only when the format is to be made
-                problem = identity_problem(p, card, ftype, GGUF_SEED)
-                if problem is None:
-                    continue
-                if _in_use(p):
-                    raise CellNotPossible(f"{p}: not {card.key}'s {p.name.rsplit('-', 1)[-1]} file as decodegap writes it "
-                                          f"({problem}), and a session holds it, so it cannot be made again now")
-                say(f"gguf cache: {p.name} is not {card.key}'s file as decodegap writes it ({problem}): making it again")
-                p.unlink()
-                made.setdefault("replaced", {})[p.name] = problem
+        def drop_if_foreign(p: Path, ftype: int) -> None:
+            problem = identity_problem(p, card, ftype, GGUF_SEED) if p.exists() else None
+            if problem is None:
+                return
+            if _in_use(p):
+                raise CellNotPossible(f"{p}: not {card.key}'s {p.name.rsplit('-', 1)[-1]} file as decodegap writes it "
+                                      f"({problem}), and a session holds it, so it cannot be made again now")
+            say(f"gguf cache: {p.name} is not {card.key}'s file as decodegap writes it ({problem}): making it again")
+            p.unlink()
+            made.setdefault("replaced", {})[p.name] = problem
+
+        drop_if_foreign(path, FORMATS[fmt])
+        if not path.exists() and fmt != "f16":  # the f16 file matters only when the format is to be made from it
+            drop_if_foreign(f16, FORMATS["f16"])
         if not path.exists():
             params = sum(math.prod(shape) for _, shape, _ in tensor_specs(card))
             need = (0 if f16.exists() else 2 * params) + (0 if fmt == "f16" else APPROX_BYTES_PER_WEIGHT[fmt] * params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from decodegap.core.cells import gguf_quant
 from decodegap.measure.engines.llamacpp import APPROX_BYTES_PER_WEIGHT, FORMATS, INSTALL  # torch-free; llama_cpp is never imported here
 from decodegap.measure.weights.base import WeightPath
 
@@ -22,7 +23,7 @@ class GgufFormat(WeightPath):
     def __init__(self, fmt: str):
         if fmt not in FORMATS:
             raise ValueError(f"llama.cpp format '{fmt}': one of {', '.join(FORMATS)}")
-        self.format, self.name = fmt, "gguf-" + fmt.replace("_", "-")
+        self.format, self.name = fmt, gguf_quant(fmt)
 
     def unavailable(self, device: str) -> str | None:
         """Whether llama-cpp-python is installed, found without importing it (its CUDA build and
