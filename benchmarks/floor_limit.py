@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -33,6 +33,10 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
   gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
              (F.linear) beside the bf16 ones
+  stages     each GEMV role of the first card in each format at the table's shape with each software
+             pipelining depth of STAGES (GemvConfig.stages: how many loop steps' weight loads Triton may
+             keep in flight) beside Triton's default, timed as in gemv; then that card's step at the
+             first --ctx with each role's fastest depth against the table's, side by side
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
              step with it
@@ -55,8 +59,9 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
+STAGES = (1, 2, 3, 4, 6)  # the pipelining depths the stages part tries (3 is Triton's default on CUDA)
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
 # the read-only kernel's launch shapes, (int32 words a block, blocks a program, warps): the ceiling takes the best per role
 READ_SHAPES = ((2048, 1, 4), (4096, 1, 8), (4096, 4, 8), (4096, 16, 8), (8192, 8, 16))
@@ -223,6 +228,57 @@ def run_gemv(run, cards, models, quants, device, dtype):
                     bench = None
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
+
+
+def run_stages(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host):
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import RoleBench, graph_us
+
+    out = run.results.setdefault("stages", [])
+    table = fk.resolve(None, device)
+    key, tol = models[0], CHECK_TOL[str(dtype).removeprefix("torch.")]
+    card = cards[key]
+    depths = STAGES if device.type == "cuda" else STAGES[:2]  # the interpreter ignores the depth: the mechanics, twice
+    best = {}
+    for fmt in formats_of(quants):
+        for role in fk.ROLES:
+            if role == "lm_head" and fmt != "dense" or not run.enough(f"stages {key} {fmt} {role}", 20):
+                continue
+            bench = None
+            try:
+                bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+                base = table.gemv_for(fmt, role)
+                row = {"model": key, "format": fmt, "role": role, "shape": base.as_dict(), "bytes": bench.bytes, "us": {}, "check": {}}
+                for depth in (None, *depths):
+                    shape = dataclasses.replace(base, stages=depth)
+                    name = "default" if depth is None else str(depth)
+                    row["check"][name] = err = bench.error(shape)
+                    if not err < tol:  # a depth that computes wrongly is a line, never a candidate
+                        continue
+                    row["us"][name] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+                faster = {n: us for n, us in row["us"].items() if n != "default" and us < row["us"].get("default", float("inf"))}
+                if faster:
+                    pick = min(faster, key=faster.get)
+                    best.setdefault(fmt, {})[role] = dataclasses.replace(base, stages=int(pick)).as_dict()
+                out.append(row)
+                run.say(f"stages {key} {fmt:5s} {role:8s} " + "  ".join(
+                    f"{n} {us:7.2f} us {bench.bytes / us / 1e3:5.0f} GB/s" for n, us in row["us"].items())
+                    + "".join(f"  {n}: check {e:.1e}, dropped" for n, e in row["check"].items() if not e < tol))
+            except Exception as exc:  # noqa: BLE001 - a depth the compiler refuses is a line
+                run.say(f"stages {key} {fmt} {role}: {first_line(exc)}")
+                out.append({"model": key, "format": fmt, "role": role, "error": first_line(exc)})
+            finally:
+                bench = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    run.results["stages_best"] = best
+    run.say(f"stages: each role's fastest depth where it beats the default: {json.dumps(best)}")
+    if best:
+        quants = [q for q in quants if FORMAT_OF.get(q) in best]
+        run_levers(run, cards, models[:1], quants, ctxs[:1], device, dtype, copy_Bps, n_dev, n_host,
+                   variants={"table": {}, "best stages": {"gemv": best}})
 
 
 _STREAM_READ = None
@@ -552,7 +608,7 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
         if not run.enough(f"levers {key}", 40):
             continue
         model = card_model(cards[key], device, dtype)
-        for quant in [q for q in quants if q in ("bf16", "int4-triton")]:
+        for quant in [q for q in quants if q in ("bf16", "fp8", "int4-triton")]:
             for ctx in ctxs:
                 if not run.enough(f"levers {key} {quant} ctx {ctx}", 30):
                     continue
@@ -693,6 +749,13 @@ def summary(run) -> None:
                              if "cublas_us" in by_role[role] else "") if role in by_role else "--"
                              for role in ("qkv", "o", "gate_up", "down", "lm_head")]
                     print(f"{key:16s} {fmt:6s} " + " ".join(f"{c:>17s}" for c in cells))
+    stages = [g for g in r.get("stages", []) if g.get("us")]
+    if stages:
+        names = list(dict.fromkeys(n for g in stages for n in g["us"]))
+        print(f"\n{'model':16s} {'format':6s} {'role':8s} " + " ".join(f"{'st ' + n:>9s}" for n in names) + "  (us, pipelining depth)")
+        for g in stages:
+            print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
+                f"{g['us'][n]:9.2f}" if n in g["us"] else f"{'--':>9s}" for n in names))
     levers = [lv for lv in r.get("levers", []) if "device_ms" in lv]
     if levers:
         print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'lever':30s} {'dev ms':>8s} {'x table':>8s}")
@@ -774,6 +837,8 @@ def main(argv=None) -> int:
                 run.part(name, run_ceiling, run, cards, model_parts, a.quant, device, dtype, copy_Bps)
             elif name == "steps":
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
+            elif name == "stages":
+                run.part(name, run_stages, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":
                 run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             else:

@@ -41,6 +41,9 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     ceiling = {c["format"]: c for c in got["ceiling"]}
     assert set(ceiling) == {"dense", "fp8", "int4"} and all(c["twin_ms"] > 0 and c["launches"] == 2 * 4 + 1 for c in ceiling.values())
     assert ceiling["fp8"]["bytes"] < ceiling["dense"]["bytes"] and "gemv_over_twin" in ceiling["dense"]  # steps ran first
+    stages = [g for g in got["stages"] if "us" in g]  # each role at Triton's default depth and each tried one, same result
+    assert {g["format"] for g in stages} == {"dense", "fp8", "int4"} and len(stages) == 5 + 4 + 4
+    assert all(set(g["us"]) == {"default", "1", "2"} and max(g["check"].values()) < 1e-4 for g in stages)
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out

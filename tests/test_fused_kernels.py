@@ -231,6 +231,31 @@ def test_launch_shapes_by_gpu_type_and_from_a_tuned_dict():
         fk.AttentionConfig(combine="fused")
 
 
+def test_a_gemv_shape_carries_its_pipelining_depth_to_every_launch(monkeypatch):
+    """GemvConfig.stages reaches Triton as num_stages in linear and gate_up (qkv_rope passes it alike; else the
+    benchmark's stages part would compare a depth with itself); left out, Triton keeps its default and
+    the shape's JSON form is what it was before the field, so recorded shapes read the same."""
+    from decodegap.measure.fused_kernels import gemv as gemv_module
+
+    assert fk.GemvConfig(2, 512, 4).as_dict() == {"rows": 2, "block_k": 512, "warps": 4, "x_tile": False}
+    deep = fk.GemvConfig(2, 64, 4, stages=4)
+    assert fk.resolve({"o": deep.as_dict()}, "cpu", "h200").gemv["dense"]["o"] == deep  # the JSON form reads back
+    seen = []
+    real = gemv_module.launch_options
+    monkeypatch.setattr(gemv_module, "launch_options", lambda warps, pdl, stages=None: seen.append(stages) or real(warps, pdl, stages))
+    x, w, out = torch.randn(64), torch.randn(8, 64), torch.empty(8)
+    fk.linear(x, w, out, shape=deep)
+    torch.testing.assert_close(out, w @ x, rtol=1e-5, atol=1e-5)  # the depth changes the schedule, never the result
+    fk.gate_up(x, torch.randn(16, 64), torch.empty(8), norm_weight=torch.ones(64), eps=1e-5, shape=deep)
+    fk.linear(x, w, out, shape=SMALL)
+    assert seen == [4, 4, None]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="stages must be a whole number >= 1"):
+            fk.GemvConfig(2, 512, 4, stages=bad)
+    with pytest.raises(ValueError, match="role o: unknown key.*num_stages.*a GEMV shape has rows, block_k, warps, x_tile, stages"):
+        fk.resolve({"o": {"rows": 1, "block_k": 64, "warps": 2, "num_stages": 3}}, "cpu")
+
+
 def test_the_launch_wrappers_name_a_bad_tensor():
     x, w, out = torch.randn(64), torch.randn(8, 64), torch.empty(8)
     with pytest.raises(ValueError, match="linear: x must be contiguous"):

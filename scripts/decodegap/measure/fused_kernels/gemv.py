@@ -378,7 +378,7 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
         residual if residual is not None else x, out, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
         FMT=op.code, XT=shape.x_tile, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
         PDL=pdl,
-        **launch_options(shape.warps, pdl))
+        **launch_options(shape.warps, pdl, shape.stages))
 
 
 def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache, v_cache, norm_weight, eps: float,
@@ -424,7 +424,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
         x, norm_weight, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
+        HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
 
 
 def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, pdl: bool = False) -> None:
@@ -452,7 +452,7 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     _gate_up_kernel[(triton.cdiv(inter, bn),)](
         x, norm_weight, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl))
+        FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
 
 
 def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:

@@ -43,16 +43,26 @@ DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (
 class GemvConfig:
     """One GEMV role's launch shape: `rows` of W per program (pairs of rows for qkv, gate rows each
     with its up row for gate_up), `block_k` columns of W per loop step (a multiple of 128 for int4:
-    whole groups), `warps` per program, and `x_tile`: the input chunk loaded as a tile of W's shape
-    instead of a vector (gemv.py's docstring says what that trades)."""
+    whole groups), `warps` per program, `x_tile`: the input chunk loaded as a tile of W's shape
+    instead of a vector (gemv.py's docstring says what that trades), and `stages`: Triton's software
+    pipelining depth for the loop over K (how many loop steps' loads may be in flight; None leaves
+    Triton's default, 3 on CUDA, which every shape had before this field)."""
 
     rows: int
     block_k: int
     warps: int
     x_tile: bool = False
+    stages: int | None = None
+
+    def __post_init__(self):
+        if self.stages is not None and (isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1):
+            raise ValueError(f"GEMV launch shape: stages must be a whole number >= 1 or None (Triton's default), not {self.stages!r}")
 
     def as_dict(self) -> dict:
-        return {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
+        out = {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
+        if self.stages is not None:  # absent = Triton's default: shapes recorded before this field read the same
+            out["stages"] = self.stages
+        return out
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,10 @@ def _gemv_from_json(table: dict, where: str) -> dict:
     for role, shape in table.items():
         if role not in ROLES:
             raise ValueError(f"{where}: unknown role(s) {role}; roles are {', '.join(ROLES)}")
+        known = [f.name for f in dataclasses.fields(GemvConfig)]
+        if isinstance(shape, dict) and set(shape) - set(known):
+            raise ValueError(f"{where}: role {role}: unknown key(s) {', '.join(sorted(set(shape) - set(known)))}; "
+                             f"a GEMV shape has {', '.join(known)}")
         out[role] = shape if isinstance(shape, GemvConfig) else GemvConfig(**shape)
     return out
 
