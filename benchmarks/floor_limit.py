@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -37,6 +37,12 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              pipelining depth of STAGES (GemvConfig.stages: how many loop steps' weight loads Triton may
              keep in flight) beside Triton's default, timed as in gemv; then that card's step at the
              first --ctx with each role's fastest depth against the table's, side by side
+  layout     whether the weights' layout in memory is what keeps a GEMV under a pure read: per dense
+             role of the first card, a plain GEMV (y = W x, no prologue or epilogue) of R rows x 512
+             columns a loop step with W row-major (a step reads R runs of 1 KB, K apart) against the
+             same kernel with W stored tile by tile (a step reads one contiguous R x 512 tile, a
+             program one contiguous run), at R = 2, 4, 8, beside the read-only kernel on the same
+             bytes and the step's own kernel at the table's shape
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
              step with it
@@ -59,7 +65,7 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 STAGES = (1, 2, 3, 4, 6)  # the pipelining depths the stages part tries (3 is Triton's default on CUDA)
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
@@ -279,6 +285,119 @@ def run_stages(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
         quants = [q for q in quants if FORMAT_OF.get(q) in best]
         run_levers(run, cards, models[:1], quants, ctxs[:1], device, dtype, copy_Bps, n_dev, n_host,
                    variants={"table": {}, "best stages": {"gemv": best}})
+
+
+_PLAIN_GEMV = None
+LAYOUT_ROWS = (2, 4, 8)  # rows per program the layout part tries
+
+
+def plain_gemv_kernel():
+    """y = W x in float32 sums, R rows a program, BK columns a loop step; W row-major (n, k) or, with
+    TILED, stored as (n / R, k / BK, R, BK): each loop step's R x BK tile contiguous, and a program's
+    tiles one after another."""
+    global _PLAIN_GEMV
+    if _PLAIN_GEMV is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def plain_gemv(w_ptr, x_ptr, y_ptr, K: tl.constexpr, R: tl.constexpr, BK: tl.constexpr, TILED: tl.constexpr):
+            pid = tl.program_id(0)
+            r = tl.arange(0, R)
+            c = tl.arange(0, BK)
+            acc = tl.zeros((R, BK), tl.float32)
+            for k0 in range(0, K, BK):
+                x = tl.load(x_ptr + k0 + c).to(tl.float32)
+                if TILED:
+                    offs = (pid.to(tl.int64) * (K // BK) + k0 // BK) * (R * BK) + r[:, None] * BK + c[None, :]
+                else:
+                    offs = (pid.to(tl.int64) * R + r[:, None]) * K + k0 + c[None, :]
+                w = tl.load(w_ptr + offs, eviction_policy="evict_first")
+                acc += w.to(tl.float32) * x[None, :]
+            tl.store(y_ptr + pid * R + r, tl.sum(acc, axis=1))
+
+        _PLAIN_GEMV = plain_gemv
+    return _PLAIN_GEMV
+
+
+def layout_block_k(k: int) -> int:
+    """The largest power of 2 up to 512 that divides k (the plain kernel has no masks)."""
+    return min(512, k & -k)
+
+
+def tile_weight(w, rows: int, block_k: int):
+    """W (n, k) stored as (n / rows, k / block_k, rows, block_k): plain_gemv's TILED layout."""
+    n, k = w.shape
+    if n % rows or k % block_k:
+        raise ValueError(f"tile_weight: a {n} x {k} weight is not whole tiles of {rows} x {block_k}")
+    return w.view(n // rows, rows, k // block_k, block_k).permute(0, 2, 1, 3).contiguous()
+
+
+def plain_gemv(w, x, y, rows: int, tiled: bool, warps: int = 4) -> None:
+    """y = W x with plain_gemv_kernel; w as tile_weight stored it when `tiled`, else (n, k)."""
+    n, k = y.numel(), x.numel()
+    if w.numel() != n * k or n % rows:
+        raise ValueError(f"plain_gemv: {w.numel()} weights for {n} x {k}, or {n} rows not whole programs of {rows}")
+    plain_gemv_kernel()[(n // rows,)](w, x, y, K=k, R=rows, BK=layout_block_k(k), TILED=tiled, num_warps=warps)
+
+
+def run_layout(run, cards, models, device, dtype):
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import L2_FLUSH_BYTES, RoleBench, graph_us, role_shapes
+
+    out = run.results.setdefault("layout", [])
+    key = models[0]
+    card = cards[key]
+    table = fk.resolve(None, device)
+    sink = None
+    for role, (n, k) in role_shapes(card.architecture).items():
+        if not run.enough(f"layout {key} {role}", 25):
+            continue
+        w = bufs = None
+        try:
+            nbytes = n * k * torch.tensor([], dtype=dtype).element_size()
+            copies = max(1, -(-L2_FLUSH_BYTES // nbytes)) if device.type == "cuda" else 1
+            x = torch.randn(k, device=device, dtype=dtype)
+            y = torch.empty(n, device=device, dtype=torch.float32)
+            w = [(torch.randn(n, k, device=device) / k**0.5).to(dtype) for _ in range(copies)]
+            ref = w[0].float() @ x.float()
+            row = {"model": key, "role": role, "n": n, "k": k, "bytes": nbytes, "block_k": layout_block_k(k), "us": {}, "check": {}}
+            words = -(-nbytes // 4)
+            sink = torch.empty(-(-words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
+            bufs = [torch.ones(words, dtype=torch.int32, device=device) for _ in range(copies)]  # ones: sums that fit
+            reads = {shape: graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device)
+                     for shape in read_shapes(device)}
+            row["us"]["read-only"] = min(reads.values())
+            bufs = None
+            for rows in LAYOUT_ROWS if device.type == "cuda" else LAYOUT_ROWS[:2]:
+                if n % rows:
+                    continue
+                for tiled in (False, True):
+                    ws = [tile_weight(t, rows, layout_block_k(k)) for t in w] if tiled else w
+                    name = f"R{rows} {'tiled' if tiled else 'row-major'}"
+                    plain_gemv(ws[0], x, y, rows, tiled)
+                    row["check"][name] = float((y - ref).norm() / ref.norm())
+                    row["us"][name] = graph_us(lambda i, ws=ws, rows=rows, tiled=tiled: plain_gemv(ws[i], x, y, rows, tiled),
+                                               copies, device)
+                    if tiled:
+                        del ws
+            bench = RoleBench(role, "dense", card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+            shape = table.gemv_for("dense", role)
+            row["us"]["step kernel"] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+            del bench
+            out.append(row)
+            run.say(f"layout {key} {role:8s} {n:>6d} x {k:<6d} " + "  ".join(
+                f"{name} {us:7.2f} us {nbytes / us / 1e3:5.0f} GB/s" for name, us in row["us"].items())
+                + f"  (check {max(row['check'].values()):.1e})")
+        except Exception as exc:  # noqa: BLE001 - a role that cannot run is a line
+            run.say(f"layout {key} {role}: {first_line(exc)}")
+            out.append({"model": key, "role": role, "error": first_line(exc)})
+        finally:
+            w = bufs = sink = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
 
 _STREAM_READ = None
@@ -749,6 +868,13 @@ def summary(run) -> None:
                              if "cublas_us" in by_role[role] else "") if role in by_role else "--"
                              for role in ("qkv", "o", "gate_up", "down", "lm_head")]
                     print(f"{key:16s} {fmt:6s} " + " ".join(f"{c:>17s}" for c in cells))
+    layout = [g for g in r.get("layout", []) if g.get("us")]
+    if layout:
+        names = list(dict.fromkeys(n for g in layout for n in g["us"]))
+        print(f"\n{'model':16s} {'role':8s} " + " ".join(f"{n:>14s}" for n in names) + "  (GB/s of the weight's bytes)")
+        for g in layout:
+            print(f"{g['model']:16s} {g['role']:8s} " + " ".join(
+                f"{g['bytes'] / g['us'][n] / 1e3:14.0f}" if n in g["us"] else f"{'--':>14s}" for n in names))
     stages = [g for g in r.get("stages", []) if g.get("us")]
     if stages:
         names = list(dict.fromkeys(n for g in stages for n in g["us"]))
@@ -837,6 +963,8 @@ def main(argv=None) -> int:
                 run.part(name, run_ceiling, run, cards, model_parts, a.quant, device, dtype, copy_Bps)
             elif name == "steps":
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
+            elif name == "layout":
+                run.part(name, run_layout, run, cards, model_parts, device, dtype)
             elif name == "stages":
                 run.part(name, run_stages, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":

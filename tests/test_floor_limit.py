@@ -44,6 +44,9 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     stages = [g for g in got["stages"] if "us" in g]  # each role at Triton's default depth and each tried one, same result
     assert {g["format"] for g in stages} == {"dense", "fp8", "int4"} and len(stages) == 5 + 4 + 4
     assert all(set(g["us"]) == {"default", "1", "2"} and max(g["check"].values()) < 1e-4 for g in stages)
+    layout = {g["role"]: g for g in got["layout"]}  # both layouts of the plain GEMV compute W x, beside the read and the step's kernel
+    assert set(layout) == {"qkv", "o", "gate_up", "down", "lm_head"} and all(max(g["check"].values()) < 1e-4 for g in layout.values())
+    assert all({"read-only", "R2 row-major", "R2 tiled", "step kernel"} <= set(g["us"]) for g in layout.values())
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out
@@ -63,3 +66,22 @@ def test_the_read_only_kernel_reads_every_word_once(n_words):
         assert int(out[:programs].sum()) == n_words * (n_words + 1) // 2 and not out[programs:].any()
     with pytest.raises(ValueError, match="programs, a sum each, and room for 1"):  # never a store past its sums' buffer
         fl.read_launch(torch.ones(3 * 4096, dtype=torch.int32), torch.zeros(1, dtype=torch.int32), (4096, 1, 1))
+
+
+def test_the_layout_parts_plain_gemv_computes_w_x_in_either_layout():
+    """The layout part's two kernels must do the same arithmetic on the same weights, or the time
+    between them is not the layout's."""
+    import torch
+
+    fl = _benchmark()
+    for n, k, rows in ((16, 384, 2), (32, 1024, 8)):
+        w, x = torch.randn(n, k), torch.randn(k)
+        tiles = fl.tile_weight(w, rows, fl.layout_block_k(k))
+        assert tiles.shape == (n // rows, k // fl.layout_block_k(k), rows, fl.layout_block_k(k))
+        for weight, tiled in ((w, False), (tiles, True)):
+            y = torch.empty(n)
+            fl.plain_gemv(weight, x, y, rows, tiled)
+            torch.testing.assert_close(y, w @ x, rtol=1e-5, atol=1e-4)
+    assert fl.layout_block_k(18944) == fl.layout_block_k(3584) == 512 and fl.layout_block_k(384) == 128
+    with pytest.raises(ValueError, match="not whole tiles of 4 x 128"):
+        fl.tile_weight(torch.randn(6, 128), 4, 128)
