@@ -231,6 +231,30 @@ def test_launch_shapes_by_gpu_type_and_from_a_tuned_dict():
         fk.AttentionConfig(combine="fused")
 
 
+def test_a_card_width_gets_its_own_gemv_shapes_and_what_is_given_wins():
+    """On the H200 the 4096-wide cards read best with their own shapes (1.066x Llama-3.1-8B's step):
+    the table keeps them by width; a shape given for every width (--gemv-configs, a tuned record
+    without widths) replaces them, so what a benchmark or session is handed is what runs."""
+    h200 = fk.launch_shapes_for("h200")
+    assert h200.gemv_for("dense", "gate_up", 4096) == fk.GemvConfig(2, 1024, 4) != h200.gemv_for("dense", "gate_up", 3584)
+    assert h200.gemv_for("dense", "gate_up", 3584) == h200.gemv_for("dense", "gate_up") == fk.GemvConfig(2, 512, 4)
+    assert h200.gemv_for("fp8", "qkv", 4096) == h200.gemv["fp8"]["qkv"]  # no fp8 shapes of its own: the GPU's fp8 ones
+    assert h200.gemv_for("fp8", "lm_head", 4096) == fk.GemvConfig(2, 1024, 4)  # the output projection: the width's dense one
+    given = fk.GemvConfig(8, 256, 4)
+    for spec in ({"gate_up": given.as_dict()}, {"gemv": {"dense": {"gate_up": given.as_dict()}}}):
+        got = fk.resolve(spec, "cpu", "h200")
+        assert got.gemv_for("dense", "gate_up", 4096) == given == got.gemv_for("dense", "gate_up", 3584)
+        assert got.gemv_for("dense", "o", 4096) == fk.GemvConfig(1, 1024, 4)  # the roles not given keep the width's
+    wide = fk.resolve({"gemv_by_hidden": {"384": {"dense": {"o": given.as_dict()}}}}, "cpu", "h200")
+    assert wide.gemv_for("dense", "o", 384) == given and wide.gemv_for("dense", "o", 4096) == fk.GemvConfig(1, 1024, 4)
+    assert fk.resolve(wide.as_dict(), "cpu", "h200") == wide  # the JSON form (string widths) reads back
+    assert "gemv_by_hidden" not in fk.LAUNCH_SHAPES["cpu"].as_dict()  # absent when empty: older records read the same
+    with pytest.raises(ValueError, match=r"gemv_by_hidden'\]\['wide'\]: a card's hidden size"):
+        fk.resolve({"gemv_by_hidden": {"wide": {}}}, "cpu")
+    with pytest.raises(ValueError, match="unknown format 'int8'"):
+        fk.resolve({"gemv_by_hidden": {"4096": {"int8": {}}}}, "cpu")
+
+
 def test_a_gemv_shape_carries_its_pipelining_depth_to_every_launch(monkeypatch):
     """GemvConfig.stages reaches Triton as num_stages in linear and gate_up (qkv_rope passes it alike; else the
     benchmark's stages part would compare a depth with itself); left out, Triton keeps its default and
@@ -374,6 +398,7 @@ def test_tune_launch_shapes_returns_what_a_fused_model_takes():
                                 gemv_candidates={"dense": [(4, 64, 4), (64, 256, 4)], "int4": [(64, 256, 4)]},
                                 attention_candidates=[fk.AttentionConfig(), fk.AttentionConfig(64, 4, 4, 2, False, "in_split")])
     json.dumps(got)
+    assert "gemv_by_hidden" not in got  # one width: one choice
     assert set(got["gemv"]) == {"dense", "int4"} and set(got["gemv"]["dense"]) == set(fk.ROLES) and "lm_head" not in got["gemv"]["int4"]
     assert got["gpu"] == "cpu" and got["attention"]["block_t"] in (32, 64, 128) and not got["skipped"]
     net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)
@@ -382,3 +407,18 @@ def test_tune_launch_shapes_returns_what_a_fused_model_takes():
 
     net = FusedDecoder.from_dense(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, launch_shapes=got)
     assert net.backend == "torch"  # the CPU's own step: what a session builds here, the shapes unused
+
+
+def test_tune_launch_shapes_chooses_for_each_card_width_and_a_model_takes_its_own():
+    import json
+
+    arch = dict(WIDE.architecture, vocab_size=256)
+    wider = dict(arch, hidden_size=384)
+    got = fk.tune_launch_shapes("cpu", [arch, wider], budget_s=120, formats=("dense",), ctxs=(40,), layers=1,
+                                gemv_candidates={"dense": [(4, 64, 4), (64, 256, 4)]}, attention_candidates=[fk.AttentionConfig()])
+    json.loads(json.dumps(got))
+    assert set(got["gemv_by_hidden"]) == {"384"} and set(got["gemv_by_hidden"]["384"]["dense"]) == set(fk.ROLES)
+    assert all(set(t) == {"0", "1"} or set(t) == {0, 1} for t in got["timings_us"]["gemv"]["dense"]["o"].values())  # every candidate on each width's card
+    card = dataclasses.replace(WIDE, architecture={**WIDE.architecture, "hidden_size": 384})
+    net = FusedModel(build_model(card, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)
+    assert net.describe()["gemv"]["down"] == got["gemv_by_hidden"]["384"]["dense"]["down"]

@@ -179,7 +179,8 @@ class FusedModel:
             if why:
                 raise ValueError(f"launch shapes ask for programmatic dependent launch: {why}")
         fmt = self.kernel_format or "dense"
-        self.gemv = {role: self.shapes.gemv_for("dense" if role == "lm_head" else fmt, role) for role in fk.ROLES}
+        self.gemv = {role: self.shapes.gemv_for("dense" if role == "lm_head" else fmt, role, self.embed.shape[1])
+                     for role in fk.ROLES}
         self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)
         self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv, self.shapes.attention,
                                                          fk.sm_count_of(self.device))

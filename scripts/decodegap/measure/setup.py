@@ -403,7 +403,8 @@ def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
         return resolve(None, "cuda").as_dict()
 
     cards = [c.architecture for c in load_models().values() if c.attention_layout in layouts]
-    cards = sorted({c["num_attention_heads"]: c for c in cards}.values(), key=lambda a: a["hidden_size"])  # one card per layout
+    # one card per head layout and width: attention is chosen per layout, the GEMVs per width
+    cards = sorted({(c["num_attention_heads"], c["hidden_size"]): c for c in cards}.values(), key=lambda a: a["hidden_size"])
     if not cards:
         return None
     log(f"fused kernels: choosing launch shapes for {len(cards)} card(s) in about {budget_s:.0f} s")
@@ -453,7 +454,7 @@ def main(argv=None) -> int:
     p.add_argument("--layouts", nargs="+", default=[CHECK_LAYOUT],
                    help="head layouts the configured cards use, query heads/KV heads/head dim (default: %(default)s)")
     p.add_argument("--cache-dir", default=None, help="compile caches for the GPU type's jobs (default: ~/.cache/decodegap/<gpu>)")
-    p.add_argument("--tune-s", type=float, default=60.0,
+    p.add_argument("--tune-s", type=float, default=120.0,
                    help="seconds for choosing the fused kernels' launch shapes on this GPU type at the cards' shapes, recorded for its "
                         "sessions (0: the kernels' own table; a CPU never tunes; default: %(default)s)")
     args = p.parse_args(argv)

@@ -2,9 +2,11 @@
 
 A launch shape is how a kernel's work is cut into programs (CUDA thread blocks): the GEMVs' rows and
 columns per program and warps, attention's positions per loop step, programs per multiprocessor,
-warps and pipeline stages. The best shape depends on the GPU, not on the model, so the shapes live
-in one table keyed by the GPU types of config/gpus.yaml (`LAUNCH_SHAPES`, with a "default" for any
-other) and a session picks its GPU's entry (`launch_shapes_for`), unless it is handed shapes that
+warps and pipeline stages. The best shape depends on the GPU and, for a GEMV, on the matrix's width:
+the shapes live in one table keyed by the GPU types of config/gpus.yaml (`LAUNCH_SHAPES`, with a
+"default" for any other), each entry with GEMV shapes for every card and, where a card width reads
+best with others, that width's own (`gemv_by_hidden`); a session picks its GPU's entry
+(`launch_shapes_for`) and its card's width in it, unless it is handed shapes that
 `decodegap.measure.fused_kernels.tune.tune_launch_shapes` measured on its machine (`resolve`).
 
 GEMV shapes are per weight storage format as the kernels read it ("dense": bf16 or float32 as
@@ -92,18 +94,25 @@ class AttentionConfig:
 @dataclass(frozen=True)
 class LaunchShapes:
     """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
-    `attention`, `pdl`, and where they came from (`source`)."""
+    `gemv_by_hidden[hidden size][format][role]` (a card width's own shapes where they differ: the
+    same role reads 3584- and 4096-wide cards best with different shapes on the H200), `attention`,
+    `pdl`, and where they came from (`source`)."""
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
     pdl: bool = False
     source: str = ""
+    gemv_by_hidden: dict = field(default_factory=dict)
 
-    def gemv_for(self, fmt: str, role: str) -> GemvConfig:
-        """The shape of `role` for weights stored as `fmt`; a format without its own shapes takes the
-        dense ones (lm_head is always dense)."""
-        table = self.gemv.get(fmt) or self.gemv["dense"]
-        return table.get(role) or self.gemv["dense"][role]
+    def gemv_for(self, fmt: str, role: str, hidden: int | None = None) -> GemvConfig:
+        """The shape of `role` for weights stored as `fmt` in a card of width `hidden`: the width's own
+        shape, else the GPU's; a format without its own shapes takes the dense ones (lm_head is always
+        dense)."""
+        own = self.gemv_by_hidden.get(hidden, {})
+        for table in (own.get(fmt), self.gemv.get(fmt), own.get("dense"), self.gemv["dense"]):
+            if table and role in table:
+                return table[role]
+        raise KeyError(f"launch shapes: no GEMV shape for role {role!r}")
 
     def replace(self, **changes) -> "LaunchShapes":
         """A copy with some fields changed; `attention` may be a dict of AttentionConfig's fields to change."""
@@ -113,8 +122,12 @@ class LaunchShapes:
 
     def as_dict(self) -> dict:
         """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
-        return {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
-                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
+        out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
+               "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
+        if self.gemv_by_hidden:  # absent when empty: records made before it read the same
+            out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
+                                     for h, fmts in self.gemv_by_hidden.items()}
+        return out
 
 
 def _gemv_table(table: dict) -> dict:
@@ -129,6 +142,15 @@ def _gemv_table(table: dict) -> dict:
 # take more columns per loop step. x_tile (o and down: no norm prologue) loads x in the weight tile's
 # shape, which drops a shared-memory barrier per loop step on sm_90.
 _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "down": (2, 512, 4, True), "lm_head": (4, 512, 4)}
+# The 4096-wide cards (Llama-3.1-8B, Mistral-7B-v0.3) read best with longer loop steps: tuned on each
+# alone (floor_limit.py --parts tune, 2026-12-02, code d7e5465, GPU-5f6b5afc; results/benchmarks/
+# floor_limit_retune_{llama,mistral}_h200.txt), both chose these (gate_up 58.2 us against 71.4 us with
+# the shapes above, lm_head 243 against 285 us for Llama), and their bf16 steps at ctx 2048 took 4.462
+# and 4.261 ms against 4.758 and 4.534 ms with the table (1.066x, 1.064x). That step also ran the
+# tuner's attention (8 programs a multiprocessor, 2 stages: 8.73 against 9.58 us a layer alone, about
+# 0.03 ms of the step), which the table does not take: it was measured at ctx 2048 only.
+_H200_DENSE_4096 = {"qkv": (4, 512, 4), "o": (1, 1024, 4), "gate_up": (2, 1024, 4), "down": (1, 1024, 4, True),
+                    "lm_head": (2, 1024, 4)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4), "o": (4, 2048, 4, True), "gate_up": (8, 1024, 4), "down": (4, 2048, 4, True)}
 
@@ -136,13 +158,15 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
-                         pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)"),
+                         pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
+                         gemv_by_hidden={4096: {"dense": _gemv_table(_H200_DENSE_4096)}}),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                             attention=AttentionConfig(block_t=64, programs_per_sm=4, warps=4, stages=2, skip_empty=False,
                                                       combine="separate"),
-                            pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type"),
+                            pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type",
+                            gemv_by_hidden={4096: {"dense": _gemv_table(_H200_DENSE_4096)}}),
 }
 # The CPU runs the kernels under Triton's interpreter (tests), where a program costs numpy calls, not
 # bandwidth: few programs with large tiles keep it fast. Tests that want several programs and loop
@@ -218,21 +242,49 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl"}:  # {role: shape}: dense overrides
-        return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **_gemv_from_json(spec, "gemv_configs")}},
+    if not spec.keys() & {"gemv", "attention", "pdl", "gemv_by_hidden"}:  # {role: shape}: dense overrides, for every width
+        given = _gemv_from_json(spec, "gemv_configs")
+        return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
+                            gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "attention", "pdl", "source", "gpu", "device_name", "sm_count", "timings_us",
-                                  "budget_s", "spent_s", "skipped"})
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "source", "gpu", "device_name", "sm_count",
+                                  "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
     gemv = {fmt: dict(roles) for fmt, roles in base.gemv.items()}
     for fmt, roles in (spec.get("gemv") or {}).items():
-        if fmt not in FORMATS:
-            raise ValueError(f"gemv_configs: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
+        _check_format(fmt, "gemv_configs['gemv']")
         gemv[fmt].update(_gemv_from_json(roles, f"gemv_configs['gemv'][{fmt!r}]"))
+    # a shape given for every width replaces the table's width-specific one (what is given is what runs)
+    by_hidden = _without(base.gemv_by_hidden, spec.get("gemv") or {})
+    for hidden, fmts in (spec.get("gemv_by_hidden") or {}).items():
+        where = f"gemv_configs['gemv_by_hidden'][{hidden!r}]"
+        if not str(hidden).isdigit():
+            raise ValueError(f"{where}: a card's hidden size (a whole number), not {hidden!r}")
+        own = by_hidden.setdefault(int(hidden), {})
+        for fmt, roles in fmts.items():
+            _check_format(fmt, where)
+            own[fmt] = {**own.get(fmt, {}), **_gemv_from_json(roles, f"{where}[{fmt!r}]")}
     attention = base.attention
     if spec.get("attention"):
         given = spec["attention"]
         attention = given if isinstance(given, AttentionConfig) else dataclasses.replace(base.attention, **given)
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
-                        source=spec.get("source") or "given (tune_launch_shapes)")
+                        source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden)
+
+
+def _check_format(fmt, where: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
+
+
+def _without(by_hidden: dict, given: dict) -> dict:
+    """`by_hidden` (width -> format -> role -> shape) less every format and role that `given` (format ->
+    role -> shape) sets."""
+    out = {}
+    for hidden, fmts in by_hidden.items():
+        kept = {fmt: {r: c for r, c in roles.items() if r not in given.get(fmt, {})} for fmt, roles in fmts.items()}
+        kept = {fmt: roles for fmt, roles in kept.items() if roles}
+        if kept:
+            out[hidden] = kept
+    return out

@@ -237,8 +237,10 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                        attention_candidates: list | None = None, log=None) -> dict:
     """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
     `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
-    `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card,
-    the `top` best per role on the others; every attention candidate (ATTENTION_CANDIDATES, or
+    `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card of
+    each width (hidden size), the `top` best of that card per role on the other cards of its width;
+    each width gets its own choice (the first card's width under "gemv", the others under
+    "gemv_by_hidden": the H200 reads 3584- and 4096-wide roles best with different shapes); every attention candidate (ATTENTION_CANDIDATES, or
     `attention_candidates`) per head layout at each of `ctxs`, in the cards' layer counts (or
     `layers`). Each candidate is checked once against float32 (a wrong one is dropped). What the
     budget left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
@@ -248,7 +250,9 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     say = log or (lambda msg: None)
     over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
     timings, skipped = {"gemv": {}, "attention": {}}, []
-    chosen = {}
+    chosen, by_hidden = {}, {}
+    width = [arch["hidden_size"] for arch in cards]
+    lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
     for fi, fmt in enumerate(formats):  # each format its share of the GEMVs' 70 % of the budget
         per_role = timings["gemv"].setdefault(fmt, {})
         for ci, arch in enumerate(cards):
@@ -259,9 +263,9 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                     skipped.append(f"gemv {fmt} {role} card {ci}")
                     continue
                 cands = [GemvConfig(*c) for c in (gemv_candidates or GEMV_CANDIDATES)[fmt]]
-                if ci > 0:
-                    first = per_role.get(role, {})
-                    cands = sorted(first, key=lambda c: sum(first[c].values()))[:top]
+                if ci != lead[width[ci]]:
+                    first = {c: t[lead[width[ci]]] for c, t in per_role.get(role, {}).items() if lead[width[ci]] in t}
+                    cands = sorted(first, key=first.get)[:top]
                 bench = RoleBench(role, fmt, arch, device, dtype)
                 for shape in cands:
                     try:
@@ -274,8 +278,17 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                         continue
                     per_role.setdefault(role, {}).setdefault(shape, {})[ci] = us
                 del bench
-        chosen[fmt] = {role: _pick(t).as_dict() for role, t in per_role.items() if t}
-        say(f"tune: {fmt} GEMVs {chosen[fmt]}")
+        for w in lead:  # each width's choice from its own cards' times
+            own = {role: {c: {ci: us for ci, us in t.items() if width[ci] == w} for c, t in times.items()}
+                   for role, times in per_role.items()}
+            pick = {role: _pick({c: t for c, t in times.items() if t}).as_dict() for role, times in own.items()
+                    if any(times.values())}
+            if w == width[0]:
+                chosen[fmt] = pick
+                say(f"tune: {fmt} GEMVs {pick}" + (f" (width {w})" if len(lead) > 1 else ""))
+            elif pick:
+                by_hidden.setdefault(str(w), {})[fmt] = pick
+                say(f"tune: {fmt} GEMVs {pick} (width {w})")
     layouts = {}
     for arch in cards:
         hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
@@ -307,6 +320,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
            "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
                                    for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
            "budget_s": budget_s, "skipped": skipped}
+    if by_hidden:
+        out["gemv_by_hidden"] = by_hidden
     if att_times:
         out["attention"] = _pick(att_times).as_dict()
         say(f"tune: attention {out['attention']}")
