@@ -116,6 +116,23 @@ def first_line(exc) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
+def measure_one(run, out: list, label: str, ident: dict, device, fn) -> None:
+    """fn() measures one item (a GEMV role, say) and returns its row; a failure (a shape the compiler
+    refuses, out of memory) is a line starting with `label` and a row of `ident` with the error, not
+    the end of the part.
+    Either way what fn held is freed before the next item."""
+    import torch
+
+    try:
+        out.append(fn())
+    except Exception as exc:  # noqa: BLE001 - one item's failure is a line
+        run.say(f"{label}: {first_line(exc)}")
+        out.append({**ident, "error": first_line(exc)})
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def sync(device) -> None:
     import torch
 
@@ -199,7 +216,6 @@ def run_checks(run, cards, models, quants, device, dtype, check_ctx):
 
 
 def run_gemv(run, cards, models, quants, device, dtype):
-    import torch
     import torch.nn.functional as F
 
     from decodegap.measure import fused_kernels as fk
@@ -207,38 +223,32 @@ def run_gemv(run, cards, models, quants, device, dtype):
 
     out = run.results.setdefault("gemv", [])
     table = fk.resolve(None, device)
+
+    def one(key, card, fmt, role):
+        bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+        shape = table.gemv_for(fmt, role)
+        err = bench.error(shape)
+        us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+        row = {"model": key, "format": fmt, "role": role, "n": bench.n, "k": bench.k, "shape": shape.as_dict(),
+               "check": err, "us": us, "bytes": bench.bytes, "GBps": bench.bytes / us / 1e3}
+        if fmt == "dense":
+            x = bench.x.view(1, -1)
+            row["cublas_us"] = graph_us(lambda i: F.linear(x, bench.ops[i].weight), len(bench.ops), device)
+        cub = f"  cuBLAS {row['cublas_us']:8.2f} us ({us / row['cublas_us']:.2f}x)" if "cublas_us" in row else ""
+        run.say(f"gemv {key:16s} {fmt:5s} {role:8s} {bench.n:>6d} x {bench.k:<6d} check {err:.1e}  {us:8.2f} us "
+                f"{row['GBps']:6.0f} GB/s{cub}")
+        return row
+
     for key in models:
-        card = cards[key]
         for fmt in formats_of(quants):
             for role in fk.ROLES:
                 if role == "lm_head" and fmt != "dense" or not run.enough(f"gemv {key} {fmt} {role}", 25):
                     continue
-                try:
-                    bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-                    shape = table.gemv_for(fmt, role)
-                    err = bench.error(shape)
-                    us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
-                    row = {"model": key, "format": fmt, "role": role, "n": bench.n, "k": bench.k, "shape": shape.as_dict(),
-                           "check": err, "us": us, "bytes": bench.bytes, "GBps": bench.bytes / us / 1e3}
-                    if fmt == "dense":
-                        x = bench.x.view(1, -1)
-                        row["cublas_us"] = graph_us(lambda i: F.linear(x, bench.ops[i].weight), len(bench.ops), device)
-                    out.append(row)
-                    cub = f"  cuBLAS {row['cublas_us']:8.2f} us ({us / row['cublas_us']:.2f}x)" if "cublas_us" in row else ""
-                    run.say(f"gemv {key:16s} {fmt:5s} {role:8s} {bench.n:>6d} x {bench.k:<6d} check {err:.1e}  {us:8.2f} us "
-                            f"{row['GBps']:6.0f} GB/s{cub}")
-                except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is a line
-                    run.say(f"gemv {key} {fmt} {role}: {first_line(exc)}")
-                    out.append({"model": key, "format": fmt, "role": role, "error": first_line(exc)})
-                finally:
-                    bench = None
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
+                measure_one(run, out, f"gemv {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
+                            lambda: one(key, cards[key], fmt, role))
 
 
 def run_stages(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host):
-    import torch
-
     from decodegap.measure import fused_kernels as fk
     from decodegap.measure.fused_kernels.tune import RoleBench, graph_us
 
@@ -248,37 +258,31 @@ def run_stages(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
     card = cards[key]
     depths = STAGES if device.type == "cuda" else STAGES[:2]  # the interpreter ignores the depth: the mechanics, twice
     best = {}
+
+    def one(fmt, role):
+        bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+        base = table.gemv_for(fmt, role)
+        row = {"model": key, "format": fmt, "role": role, "shape": base.as_dict(), "bytes": bench.bytes, "us": {}, "check": {}}
+        for depth in (None, *depths):
+            shape = dataclasses.replace(base, stages=depth)
+            name = "default" if depth is None else str(depth)
+            row["check"][name] = err = bench.error(shape)
+            if err < tol:  # a depth that computes wrongly is a line, never a candidate
+                row["us"][name] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+        faster = {n: us for n, us in row["us"].items() if n != "default" and us < row["us"].get("default", float("inf"))}
+        if faster:
+            best.setdefault(fmt, {})[role] = dataclasses.replace(base, stages=int(min(faster, key=faster.get))).as_dict()
+        run.say(f"stages {key} {fmt:5s} {role:8s} " + "  ".join(
+            f"{n} {us:7.2f} us {bench.bytes / us / 1e3:5.0f} GB/s" for n, us in row["us"].items())
+            + "".join(f"  {n}: check {e:.1e}, dropped" for n, e in row["check"].items() if not e < tol))
+        return row
+
     for fmt in formats_of(quants):
         for role in fk.ROLES:
             if role == "lm_head" and fmt != "dense" or not run.enough(f"stages {key} {fmt} {role}", 20):
                 continue
-            bench = None
-            try:
-                bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-                base = table.gemv_for(fmt, role)
-                row = {"model": key, "format": fmt, "role": role, "shape": base.as_dict(), "bytes": bench.bytes, "us": {}, "check": {}}
-                for depth in (None, *depths):
-                    shape = dataclasses.replace(base, stages=depth)
-                    name = "default" if depth is None else str(depth)
-                    row["check"][name] = err = bench.error(shape)
-                    if not err < tol:  # a depth that computes wrongly is a line, never a candidate
-                        continue
-                    row["us"][name] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
-                faster = {n: us for n, us in row["us"].items() if n != "default" and us < row["us"].get("default", float("inf"))}
-                if faster:
-                    pick = min(faster, key=faster.get)
-                    best.setdefault(fmt, {})[role] = dataclasses.replace(base, stages=int(pick)).as_dict()
-                out.append(row)
-                run.say(f"stages {key} {fmt:5s} {role:8s} " + "  ".join(
-                    f"{n} {us:7.2f} us {bench.bytes / us / 1e3:5.0f} GB/s" for n, us in row["us"].items())
-                    + "".join(f"  {n}: check {e:.1e}, dropped" for n, e in row["check"].items() if not e < tol))
-            except Exception as exc:  # noqa: BLE001 - a depth the compiler refuses is a line
-                run.say(f"stages {key} {fmt} {role}: {first_line(exc)}")
-                out.append({"model": key, "format": fmt, "role": role, "error": first_line(exc)})
-            finally:
-                bench = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            measure_one(run, out, f"stages {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
+                        lambda: one(fmt, role))
     run.results["stages_best"] = best
     run.say(f"stages: each role's fastest depth where it beats the default: {json.dumps(best)}")
     if best:
@@ -351,53 +355,40 @@ def run_layout(run, cards, models, device, dtype):
     key = models[0]
     card = cards[key]
     table = fk.resolve(None, device)
-    sink = None
+
+    def one(role, n, k):
+        nbytes = n * k * torch.tensor([], dtype=dtype).element_size()
+        copies = max(1, -(-L2_FLUSH_BYTES // nbytes)) if device.type == "cuda" else 1
+        x = torch.randn(k, device=device, dtype=dtype)
+        y = torch.empty(n, device=device, dtype=torch.float32)
+        w = [(torch.randn(n, k, device=device) / k**0.5).to(dtype) for _ in range(copies)]
+        ref = w[0].float() @ x.float()
+        row = {"model": key, "role": role, "n": n, "k": k, "bytes": nbytes, "block_k": layout_block_k(k), "us": {}, "check": {}}
+        words = -(-nbytes // 4)
+        sink = torch.empty(-(-words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
+        bufs = [torch.ones(words, dtype=torch.int32, device=device) for _ in range(copies)]  # ones: sums that fit
+        row["us"]["read-only"] = min(graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device)
+                                     for shape in read_shapes(device))
+        del bufs
+        for rows in LAYOUT_ROWS if device.type == "cuda" else LAYOUT_ROWS[:2]:
+            for tiled in (False, True) if n % rows == 0 else ():
+                ws = [tile_weight(t, rows, layout_block_k(k)) for t in w] if tiled else w
+                name = f"R{rows} {'tiled' if tiled else 'row-major'}"
+                plain_gemv(ws[0], x, y, rows, tiled)
+                row["check"][name] = float((y - ref).norm() / ref.norm())
+                row["us"][name] = graph_us(lambda i: plain_gemv(ws[i], x, y, rows, tiled), copies, device)
+        w = ws = None  # the copies go before the step kernel's own
+        bench = RoleBench(role, "dense", card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+        shape = table.gemv_for("dense", role)
+        row["us"]["step kernel"] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+        run.say(f"layout {key} {role:8s} {n:>6d} x {k:<6d} " + "  ".join(
+            f"{name} {us:7.2f} us {nbytes / us / 1e3:5.0f} GB/s" for name, us in row["us"].items())
+            + f"  (check {max(row['check'].values()):.1e})")
+        return row
+
     for role, (n, k) in role_shapes(card.architecture).items():
-        if not run.enough(f"layout {key} {role}", 25):
-            continue
-        w = bufs = None
-        try:
-            nbytes = n * k * torch.tensor([], dtype=dtype).element_size()
-            copies = max(1, -(-L2_FLUSH_BYTES // nbytes)) if device.type == "cuda" else 1
-            x = torch.randn(k, device=device, dtype=dtype)
-            y = torch.empty(n, device=device, dtype=torch.float32)
-            w = [(torch.randn(n, k, device=device) / k**0.5).to(dtype) for _ in range(copies)]
-            ref = w[0].float() @ x.float()
-            row = {"model": key, "role": role, "n": n, "k": k, "bytes": nbytes, "block_k": layout_block_k(k), "us": {}, "check": {}}
-            words = -(-nbytes // 4)
-            sink = torch.empty(-(-words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
-            bufs = [torch.ones(words, dtype=torch.int32, device=device) for _ in range(copies)]  # ones: sums that fit
-            reads = {shape: graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device)
-                     for shape in read_shapes(device)}
-            row["us"]["read-only"] = min(reads.values())
-            bufs = None
-            for rows in LAYOUT_ROWS if device.type == "cuda" else LAYOUT_ROWS[:2]:
-                if n % rows:
-                    continue
-                for tiled in (False, True):
-                    ws = [tile_weight(t, rows, layout_block_k(k)) for t in w] if tiled else w
-                    name = f"R{rows} {'tiled' if tiled else 'row-major'}"
-                    plain_gemv(ws[0], x, y, rows, tiled)
-                    row["check"][name] = float((y - ref).norm() / ref.norm())
-                    row["us"][name] = graph_us(lambda i, ws=ws, rows=rows, tiled=tiled: plain_gemv(ws[i], x, y, rows, tiled),
-                                               copies, device)
-                    if tiled:
-                        del ws
-            bench = RoleBench(role, "dense", card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-            shape = table.gemv_for("dense", role)
-            row["us"]["step kernel"] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
-            del bench
-            out.append(row)
-            run.say(f"layout {key} {role:8s} {n:>6d} x {k:<6d} " + "  ".join(
-                f"{name} {us:7.2f} us {nbytes / us / 1e3:5.0f} GB/s" for name, us in row["us"].items())
-                + f"  (check {max(row['check'].values()):.1e})")
-        except Exception as exc:  # noqa: BLE001 - a role that cannot run is a line
-            run.say(f"layout {key} {role}: {first_line(exc)}")
-            out.append({"model": key, "role": role, "error": first_line(exc)})
-        finally:
-            w = bufs = sink = None
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        if run.enough(f"layout {key} {role}", 25):
+            measure_one(run, out, f"layout {key} {role}", {"model": key, "role": role}, device, lambda: one(role, n, k))
 
 
 _STREAM_READ = None

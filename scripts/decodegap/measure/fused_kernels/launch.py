@@ -151,6 +151,7 @@ _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "do
 # 0.03 ms of the step), which the table does not take: it was measured at ctx 2048 only.
 _H200_DENSE_4096 = {"qkv": (4, 512, 4), "o": (1, 1024, 4), "gate_up": (2, 1024, 4), "down": (1, 1024, 4, True),
                     "lm_head": (2, 1024, 4)}
+_H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096)}}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4), "o": (4, 2048, 4, True), "gate_up": (8, 1024, 4), "down": (4, 2048, 4, True)}
 
@@ -159,14 +160,14 @@ LAUNCH_SHAPES = {
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
                          pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
-                         gemv_by_hidden={4096: {"dense": _gemv_table(_H200_DENSE_4096)}}),
+                         gemv_by_hidden=_H200_BY_HIDDEN),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                             attention=AttentionConfig(block_t=64, programs_per_sm=4, warps=4, stages=2, skip_empty=False,
                                                       combine="separate"),
                             pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type",
-                            gemv_by_hidden={4096: {"dense": _gemv_table(_H200_DENSE_4096)}}),
+                            gemv_by_hidden=_H200_BY_HIDDEN),
 }
 # The CPU runs the kernels under Triton's interpreter (tests), where a program costs numpy calls, not
 # bandwidth: few programs with large tiles keep it fast. Tests that want several programs and loop
@@ -212,10 +213,10 @@ def sm_count_of(device) -> int:
 
 def _gemv_from_json(table: dict, where: str) -> dict:
     out = {}
+    known = [f.name for f in dataclasses.fields(GemvConfig)]
     for role, shape in table.items():
         if role not in ROLES:
             raise ValueError(f"{where}: unknown role(s) {role}; roles are {', '.join(ROLES)}")
-        known = [f.name for f in dataclasses.fields(GemvConfig)]
         if isinstance(shape, dict) and set(shape) - set(known):
             raise ValueError(f"{where}: role {role}: unknown key(s) {', '.join(sorted(set(shape) - set(known)))}; "
                              f"a GEMV shape has {', '.join(known)}")
