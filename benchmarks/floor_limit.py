@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout tune] [--lever-models qwen2.5-7b] [--tune-budget-s 90] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout prologue tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -29,7 +29,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
   attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
              with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   levers     the step with each lever on and off side by side (programmatic dependent launch; the
-             attention's masked blocks, in-split combine and the default table's shape)
+             attention's masked blocks, in-split combine and the default table's shape; the norm's
+             statistic summed by the GEMV before, or x normalised by a launch of its own)
   gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
              (F.linear) beside the bf16 ones
@@ -43,6 +44,11 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              same kernel with W stored tile by tile (a step reads one contiguous R x 512 tile, a
              program one contiguous run), at R = 2, 4, 8, beside the read-only kernel on the same
              bytes and the step's own kernel at the table's shape
+  prologue   what the RMSNorm prologue costs the GEMVs after a norm (qkv, gate_up, lm_head) of each
+             card in each format, at the table's shape: the kernel as the step runs it (every program
+             sums x's squares, a pass over x from L2), with the sum given (the norm lever "sum": one
+             load), and with x given normalised (no norm work at all: the least any way of
+             normalising once leaves), beside the read-only kernel on the same bytes
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
              step with it
@@ -65,7 +71,7 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 STAGES = (1, 2, 3, 4, 6)  # the pipelining depths the stages part tries (3 is Triton's default on CUDA)
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
@@ -226,7 +232,7 @@ def run_gemv(run, cards, models, quants, device, dtype):
 
     def one(key, card, fmt, role):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        shape = table.gemv_for(fmt, role)
+        shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
         err = bench.error(shape)
         us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
         row = {"model": key, "format": fmt, "role": role, "n": bench.n, "k": bench.k, "shape": shape.as_dict(),
@@ -261,7 +267,7 @@ def run_stages(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
 
     def one(fmt, role):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        base = table.gemv_for(fmt, role)
+        base = table.gemv_for(fmt, role, card.architecture["hidden_size"])
         row = {"model": key, "format": fmt, "role": role, "shape": base.as_dict(), "bytes": bench.bytes, "us": {}, "check": {}}
         for depth in (None, *depths):
             shape = dataclasses.replace(base, stages=depth)
@@ -364,12 +370,7 @@ def run_layout(run, cards, models, device, dtype):
         w = [(torch.randn(n, k, device=device) / k**0.5).to(dtype) for _ in range(copies)]
         ref = w[0].float() @ x.float()
         row = {"model": key, "role": role, "n": n, "k": k, "bytes": nbytes, "block_k": layout_block_k(k), "us": {}, "check": {}}
-        words = -(-nbytes // 4)
-        sink = torch.empty(-(-words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
-        bufs = [torch.ones(words, dtype=torch.int32, device=device) for _ in range(copies)]  # ones: sums that fit
-        row["us"]["read-only"] = min(graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device)
-                                     for shape in read_shapes(device))
-        del bufs
+        row["us"]["read-only"] = read_only_us(nbytes, copies, device)
         for rows in LAYOUT_ROWS if device.type == "cuda" else LAYOUT_ROWS[:2]:
             for tiled in (False, True) if n % rows == 0 else ():
                 ws = [tile_weight(t, rows, layout_block_k(k)) for t in w] if tiled else w
@@ -379,7 +380,7 @@ def run_layout(run, cards, models, device, dtype):
                 row["us"][name] = graph_us(lambda i: plain_gemv(ws[i], x, y, rows, tiled), copies, device)
         w = ws = None  # the copies go before the step kernel's own
         bench = RoleBench(role, "dense", card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        shape = table.gemv_for("dense", role)
+        shape = table.gemv_for("dense", role, card.architecture["hidden_size"])
         row["us"]["step kernel"] = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
         run.say(f"layout {key} {role:8s} {n:>6d} x {k:<6d} " + "  ".join(
             f"{name} {us:7.2f} us {nbytes / us / 1e3:5.0f} GB/s" for name, us in row["us"].items())
@@ -389,6 +390,39 @@ def run_layout(run, cards, models, device, dtype):
     for role, (n, k) in role_shapes(card.architecture).items():
         if run.enough(f"layout {key} {role}", 25):
             measure_one(run, out, f"layout {key} {role}", {"model": key, "role": role}, device, lambda: one(role, n, k))
+
+
+def run_prologue(run, cards, models, quants, device, dtype):
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import NORM_INPUTS, RoleBench, graph_us
+
+    out = run.results.setdefault("prologue", [])
+    table = fk.resolve(None, device)
+    tol = CHECK_TOL[str(dtype).removeprefix("torch.")]
+
+    def one(key, card, fmt, role):
+        bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+        shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
+        row = {"model": key, "format": fmt, "role": role, "shape": shape.as_dict(), "bytes": bench.bytes, "us": {}, "check": {}}
+        for norm in NORM_INPUTS:
+            row["check"][norm] = err = bench.error(shape, norm=norm)
+            if err < tol:  # a wrong variant is a line, never a figure
+                row["us"][norm] = graph_us(lambda i: bench.launch(shape, i, norm=norm), len(bench.ops), device)
+        stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
+                     if t is not None)
+        row["us"]["read-only"] = read_only_us(stored, len(bench.ops), device)
+        run.say(f"prologue {key} {fmt:5s} {role:8s} " + "  ".join(
+            f"{n} {us:7.2f} us {bench.bytes / us / 1e3:5.0f} GB/s" for n, us in row["us"].items())
+            + "".join(f"  {n}: check {e:.1e}, dropped" for n, e in row["check"].items() if not e < tol))
+        return row
+
+    for key in models:
+        for fmt in formats_of(quants):
+            for role in ("qkv", "gate_up", "lm_head"):
+                if role == "lm_head" and fmt != "dense" or not run.enough(f"prologue {key} {fmt} {role}", 20):
+                    continue
+                measure_one(run, out, f"prologue {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
+                            lambda: one(key, cards[key], fmt, role))
 
 
 _STREAM_READ = None
@@ -423,6 +457,19 @@ def read_launch(buf, out, shape):
     if programs > out.numel():
         raise ValueError(f"read_launch: {programs} programs, a sum each, and room for {out.numel()}")
     stream_read_kernel()[(programs,)](buf, out, n, BLOCK=block, ITERS=iters, num_warps=warps)
+
+
+def read_only_us(nbytes: int, copies: int, device) -> float:
+    """Microseconds per launch of the read-only kernel over `nbytes` (its best shape), cycling over
+    `copies` buffers as the GEMV timings cycle over weight copies."""
+    import torch
+
+    from decodegap.measure.fused_kernels.tune import graph_us
+
+    words = -(-nbytes // 4)
+    sink = torch.empty(-(-words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
+    bufs = [torch.ones(words, dtype=torch.int32, device=device) for _ in range(copies)]  # ones: sums that fit
+    return min(graph_us(lambda i, shape=shape: read_launch(bufs[i], sink, shape), copies, device) for shape in read_shapes(device))
 
 
 def read_shapes(device) -> tuple:
@@ -696,10 +743,27 @@ def lever_variants(table, device) -> dict:
     default = fk.LAUNCH_SHAPES["default"].attention
     if default != att:
         out["attention default shape"] = {"attention": default.as_dict()}
+    for norm in fk.NORMS:  # the norm's statistic per program (the table's), summed by the GEMV before, or x normalised apart
+        if norm != table.norm:
+            out[f"norm {norm}"] = {"norm": norm}
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
     return out
+
+
+def chosen_levers(names, device) -> dict | None:
+    """The levers part's variants named on the command line, with the table first (None: all); an
+    unknown name is an error that lists the known ones."""
+    if not names:
+        return None
+    from decodegap.measure import fused_kernels as fk
+
+    known = lever_variants(fk.resolve(None, device), device)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"floor_limit: unknown lever(s) {', '.join(map(repr, unknown))}; levers here: {', '.join(map(repr, known))}")
+    return {"table": {}, **{n: known[n] for n in names}}
 
 
 def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, variants=None):
@@ -866,6 +930,14 @@ def summary(run) -> None:
         for g in layout:
             print(f"{g['model']:16s} {g['role']:8s} " + " ".join(
                 f"{g['bytes'] / g['us'][n] / 1e3:14.0f}" if n in g["us"] else f"{'--':>14s}" for n in names))
+    prologue = [g for g in r.get("prologue", []) if g.get("us")]
+    if prologue:
+        names = list(dict.fromkeys(n for g in prologue for n in g["us"]))
+        print(f"\n{'model':16s} {'format':6s} {'role':8s} " + " ".join(f"{n:>10s}" for n in names)
+              + "  (us; norm statistic per program, given as a sum, x given normalised)")
+        for g in prologue:
+            print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
+                f"{g['us'][n]:10.2f}" if n in g["us"] else f"{'--':>10s}" for n in names))
     stages = [g for g in r.get("stages", []) if g.get("us")]
     if stages:
         names = list(dict.fromkeys(n for g in stages for n in g["us"]))
@@ -898,6 +970,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attn-ctx", nargs="+", type=int, default=[2048, 4096, 8192, 16384])
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--lever-models", nargs="+", default=None, help="cards the levers run on (default: the first of --models)")
+    ap.add_argument("--levers", nargs="+", default=None,
+                    help="the levers part's variants to run beside the table (names as it prints them, e.g. 'norm sum'; default: all)")
     ap.add_argument("--tune-budget-s", type=float, default=90, help="tune_launch_shapes' budget (each candidate compiles: 1-2 s)")
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
     ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
@@ -956,10 +1030,13 @@ def main(argv=None) -> int:
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "layout":
                 run.part(name, run_layout, run, cards, model_parts, device, dtype)
+            elif name == "prologue":
+                run.part(name, run_prologue, run, cards, model_parts, a.quant, device, dtype)
             elif name == "stages":
                 run.part(name, run_stages, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":
-                run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
+                run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
+                         chosen_levers(a.levers, device))
             else:
                 run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
                          a.tune_budget_s, a.smoke)

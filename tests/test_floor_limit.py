@@ -47,6 +47,10 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     layout = {g["role"]: g for g in got["layout"]}  # both layouts of the plain GEMV compute W x, beside the read and the step's kernel
     assert set(layout) == {"qkv", "o", "gate_up", "down", "lm_head"} and all(max(g["check"].values()) < 1e-4 for g in layout.values())
     assert all({"read-only", "R2 row-major", "R2 tiled", "step kernel"} <= set(g["us"]) for g in layout.values())
+    prologue = [g for g in got["prologue"] if "us" in g]  # each normed role with the norm per program, as a sum, and apart
+    assert sorted((g["format"], g["role"]) for g in prologue) == sorted(
+        [(f, r) for f in ("dense", "fp8", "int4") for r in ("qkv", "gate_up")] + [("dense", "lm_head")])
+    assert all(set(g["us"]) == {"program", "sum", "none", "read-only"} and max(g["check"].values()) < 1e-4 for g in prologue)
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out

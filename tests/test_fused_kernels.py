@@ -98,6 +98,42 @@ def test_gate_up_is_silu_of_gate_times_up_from_either_input(fmt, x_tile, gen):
     assert _rel(out, ref) < TOL[dtype]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_norm_from_the_sum_the_gemv_before_added_up_or_from_x_normalised_apart(fmt, gen):
+    """The norm lever's kernels: o/down's sum_out adds the squares of the rows it wrote (as stored)
+    into one float32; a GEMV given that sum as norm_sum normalises x as if it had summed x itself, and
+    one given no norm_weight takes x as it is (the lever "apart": add_norm normalised it). The sum is
+    added to, not set: a stale sum would double the statistic, and the outputs show it."""
+    n, k, inter, dtype = 37, 256, 40, torch.float32
+    a, res = torch.randn(k, generator=gen), torch.randn(n, generator=gen)
+    w, w64 = _weight(fmt, n, k, gen, dtype)
+    sums = torch.zeros(3)
+    out = res.clone()
+    fk.linear(a, w, out, shape=_shape(fmt), residual=out, sum_out=sums[1:2])
+    assert _rel(out, res.double() + w64 @ a.double()) < TOL[dtype]
+    assert sums[0] == 0 and sums[2] == 0 and abs(float(sums[1]) - float(out.double().pow(2).sum())) < 1e-4 * float(sums[1])
+    g = 1 + torch.randn(n, generator=gen) / 4
+    wg, wg64 = _weight(fmt, 2 * inter, n, gen, dtype) if fmt != "int4" else _weight("dense", 2 * inter, n, gen, dtype)
+    y64 = wg64 @ _rms64(out, g, 1e-6)
+    ref = torch.nn.functional.silu(y64[:inter]) * y64[inter:]
+    got = torch.full((inter,), float("nan"))
+    fk.gate_up(out, wg, got, norm_weight=g, eps=1e-6, shape=_shape(fmt if fmt != "int4" else "dense"), norm_sum=sums[1:2])
+    assert _rel(got, ref) < TOL[dtype]
+    xn = torch.empty(n)
+    fk.add_norm(out, None, g, xn, eps=1e-6)
+    got.fill_(float("nan"))
+    fk.gate_up(xn, wg, got, norm_weight=None, eps=1e-6, shape=_shape(fmt if fmt != "int4" else "dense"))
+    assert _rel(got, ref) < TOL[dtype]
+    fk.gate_up(out, wg, got, norm_weight=g, eps=1e-6, shape=_shape(fmt if fmt != "int4" else "dense"), norm_sum=2 * sums[1:2])
+    assert _rel(got, ref) > 0.2  # twice the sum: x scaled by 1/sqrt(2), which the check must see
+    with pytest.raises(ValueError, match="gate_up: norm_sum is the statistic of a norm: it needs norm_weight"):
+        fk.gate_up(xn, wg, got, norm_weight=None, eps=1e-6, shape=SMALL, norm_sum=sums[1:2])
+    with pytest.raises(ValueError, match="linear: norm_sum must be float32, not bfloat16"):
+        fk.linear(out, wg, torch.empty(2 * inter), shape=SMALL, norm_weight=g, norm_sum=sums[1:2].bfloat16())
+    with pytest.raises(ValueError, match="linear: sum_out must hold 1 elements, not 3"):
+        fk.linear(a, w, out, shape=_shape(fmt), residual=out, sum_out=sums)
+
+
 def test_gate_up_rounds_as_transformers_in_bf16(gen):
     inter, k, dtype = 40, 64, torch.bfloat16
     x, g = torch.randn(k, generator=gen).to(dtype), (1 + torch.randn(k, generator=gen) / 4).to(dtype)
@@ -323,6 +359,28 @@ def test_the_kernel_step_gives_the_models_logits_at_float32(name):
     check = logit_check(model, net, prompt_tokens=20, steps=3)
     assert check["rel_l2_max"] <= 1e-5 and check["top1_agree"] == check["compared"] and check["agrees"], check
     assert net.describe()["gemv"]["lm_head"] == SMALL.as_dict() and net.describe()["attention"]["splits"] >= 1
+
+
+@pytest.mark.parametrize("norm", ["sum", "apart"])
+@pytest.mark.parametrize("quant", ["bf16", "int4-triton"])
+def test_the_norm_lever_gives_the_same_logits_and_is_recorded(norm, quant):
+    """Each norm lever (launch.py) against the transformers model at float32: the statistic summed
+    by the GEMVs that wrote x ("sum", zeroed every step: a second step on stale sums would be wrong)
+    or x normalised by a launch of its own ("apart"), on bf16 and on int4 words."""
+    path = get_weight_path(quant)
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    net = FusedModel(dense, path, 64, backend="triton", gemv_configs={"norm": norm})
+    check = logit_check(path.prepare(dense) if quant != "bf16" else dense, net, prompt_tokens=20, steps=3)
+    assert check["rel_l2_max"] <= 1e-5 and check["agrees"] and check["top1_agree"] == check["compared"], check
+    kinds = [kind for kind, _ in net.launches(torch.tensor([1]), torch.tensor([20]))]
+    layers = len(net.layers)
+    assert net.describe()["norm"] == norm and kinds.count("gemv") == 4 * layers + 1
+    assert kinds.count("other") == (2 if norm == "sum" else 1 + 2 * layers + 1)  # the embedding, then the zeroing or the norms
+    assert fk.resolve({"norm": norm}, "cpu").as_dict()["norm"] == norm and "norm" not in fk.resolve(None, "cpu").as_dict()
+    with pytest.raises(ValueError, match="norm 'once': one of program, sum, apart"):
+        net.set_launch_shapes({"norm": "once"})
+    with pytest.raises(ValueError, match="launch shapes: norm 'Sum': one of program, sum, apart"):
+        fk.LaunchShapes(gemv=fk.LAUNCH_SHAPES["cpu"].gemv, norm="Sum")
 
 
 @pytest.mark.parametrize("quant", ["fp8", "int4-triton"])

@@ -191,6 +191,9 @@ class FusedModel:
 
         self._x, self._xn, self._q, self._attn = buf(hidden), buf(hidden), buf(qd), buf(qd)
         self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
+        # the norm lever "sum": x's sum of squares before each norm (2 a layer and the final one),
+        # added up by the o and down GEMVs that write x, zeroed at the start of every step
+        self._sums = torch.zeros(2 * len(self.layers) + 1, dtype=torch.float32, device=self.device)
         self._scratch = fk.attention_scratch(self.attention_plan, self.heads, self.device)
 
     def describe(self) -> dict:
@@ -207,6 +210,7 @@ class FusedModel:
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
             out["pdl"] = self.shapes.pdl
+            out["norm"] = self.shapes.norm
             out["launch_shapes"] = self.shapes.source
         return out
 
@@ -301,25 +305,47 @@ class FusedModel:
 
     def _kernel_launches(self, token, position) -> list:
         """Six launches a layer (five with the in-split combine), every small op inside a GEMV: bf16, or a
-        path whose storage the kernels read (fp8, int4-triton)."""
+        path whose storage the kernels read (fp8, int4-triton). The norm lever (launch.py) decides how
+        the GEMVs after a norm get x's statistics: each program sums them ("program"), the GEMV that
+        wrote x adds them up for it ("sum": plus one zeroing of the sums a step), or a launch of its
+        own normalises x before each ("apart": two launches more a layer, and one before lm_head)."""
         from functools import partial as call
 
         from decodegap.measure import fused_kernels as fk
 
-        x, g, pdl, op, eps = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps
+        x, g, pdl, op, eps, mode = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps, self.shapes.norm
+        sums = self._sums
         out = [("other", call(self._embed, token))]
+        if mode == "sum":
+            out.append(("other", sums.zero_))
+
+        def normed(slot, weight):
+            """What a GEMV after a norm takes: its input, and the norm's keyword arguments. Slot 0 (layer
+            0's input norm) has no GEMV before it to sum x: its programs sum it themselves."""
+            if mode == "apart":
+                out.append(("other", call(fk.add_norm, x, None, weight, self._xn, eps=eps, pdl=pdl)))
+                return self._xn, {"norm_weight": None}
+            if mode == "sum" and slot > 0:
+                return x, {"norm_weight": weight, "norm_sum": sums[slot:slot + 1]}
+            return x, {"norm_weight": weight}
+
+        def summed(slot):
+            return {"sum_out": sums[slot:slot + 1]} if mode == "sum" else {}
+
         for i, layer in enumerate(self.layers):
-            out += [
-                ("gemv", call(fk.qkv_rope, x, op(layer.qkv), heads=self.heads, position=position, cos=self.cos, sin=self.sin,
-                              q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], norm_weight=layer.in_norm,
-                              eps=eps, shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl)),
-                ("attention", call(self._attend, i, position)),
-                ("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x, pdl=pdl)),
-                ("gemv", call(fk.gate_up, x, op(layer.gate_up), self._h, norm_weight=layer.post_norm, eps=eps, shape=g["gate_up"],
-                              pdl=pdl)),
-                ("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x, pdl=pdl))]
-        out.append(("gemv", call(fk.linear, x, self.lm_head, self._logits, shape=g["lm_head"], norm_weight=self.final_norm,
-                                 eps=eps, pdl=pdl)))
+            src, norm = normed(2 * i, layer.in_norm)
+            out.append(("gemv", call(fk.qkv_rope, src, op(layer.qkv), heads=self.heads, position=position, cos=self.cos,
+                                     sin=self.sin, q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], eps=eps,
+                                     shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl, **norm)))
+            out.append(("attention", call(self._attend, i, position)))
+            out.append(("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x,
+                                     pdl=pdl, **summed(2 * i + 1))))
+            src, norm = normed(2 * i + 1, layer.post_norm)
+            out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h, eps=eps, shape=g["gate_up"], pdl=pdl, **norm)))
+            out.append(("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
+                                     pdl=pdl, **summed(2 * i + 2))))
+        src, norm = normed(2 * len(self.layers), self.final_norm)
+        out.append(("gemv", call(fk.linear, src, self.lm_head, self._logits, shape=g["lm_head"], eps=eps, pdl=pdl, **norm)))
         return out
 
     def _packed_launches(self, token, position) -> list:

@@ -23,9 +23,13 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
   FMT        weight storage format: DENSE (as stored, bf16 or float32), FP8 (e4m3, a float32 scale
              per row), INT4 (int32 words of eight 4-bit values, a scale and zero per group of 128)
   XT         the input chunk loaded as a tile of W's shape, not a vector (GemvConfig.x_tile)
-  NORM, HAS_BIAS, RESIDUAL, FROM_Y, ADD
-             prologue and epilogue switches: RMSNorm the input, add a bias, add into a residual,
-             take a packed path's GEMV output instead of computing it, add before the norm
+  NORM       the input's RMSNorm prologue: NORM_OFF (x is used as given: already normalised, or
+             no norm), NORM_PROGRAM (every program sums x's squares itself) or NORM_SUM (x's sum of
+             squares read from one float32 that the kernel which wrote x added it into)
+  SUM_OUT    an epilogue adds the sum of squares of the rows it wrote into one float32 (NORM_SUM's)
+  HAS_BIAS, RESIDUAL, FROM_Y, ADD
+             epilogue switches: add a bias, add into a residual, take a packed path's GEMV output
+             instead of computing it, add before the norm
   SKIP_EMPTY, COMBINE, PDL
              levers (launch.py): branch past empty attention blocks, combine splits in the split
              kernel, programmatic dependent launch
@@ -51,6 +55,7 @@ FMT_FP8, FMT_INT4 = tl.constexpr(FP8), tl.constexpr(INT4)  # the same, as a kern
 INT4_GROUP = 128  # columns per int4 group: one scale and one zero per group and row
 INT4_PER_WORD = 8  # 4-bit values per int32 word
 INT4_WORDS_PER_GROUP = INT4_GROUP // INT4_PER_WORD
+NORM_OFF, NORM_PROGRAM, NORM_SUM = 0, 1, 2  # NORM: how a GEMV's RMSNorm prologue gets x's statistics (legend)
 
 
 def usable_here(device) -> str | None:
@@ -135,6 +140,19 @@ def rstd_of(x_ptr, K: tl.constexpr, KP: tl.constexpr, eps):
     offs = tl.arange(0, KP)
     x = tl.load(x_ptr + offs, mask=offs < K, other=0.0).to(tl.float32)
     return tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+
+
+@triton.jit
+def rstd_for(x_ptr, ss_ptr, K: tl.constexpr, KP: tl.constexpr, eps, NORM: tl.constexpr):
+    """The RMSNorm prologue's 1 / RMS of x: summed by this program (NORM_PROGRAM: K loads and a
+    reduction in every program), from the sum of squares at ss_ptr (NORM_SUM: one load), or 1.0
+    (NORM_OFF, unused)."""
+    rstd = 1.0
+    if NORM == 1:
+        rstd = rstd_of(x_ptr, K, KP, eps)
+    elif NORM == 2:
+        rstd = tl.rsqrt(tl.load(ss_ptr) / K + eps)
+    return rstd
 
 
 @triton.jit

@@ -9,8 +9,11 @@ layer folded into their prologues and epilogues:
   add_norm   one program: x += y, then the next RMSNorm (for paths whose own GEMV runs outside)
 
 A GEMV program reads R whole rows of W along K (contiguous, so the loads vectorise; streamed with
-evict-first so x stays in L2) and reduces them in float32; the input vector and its norm are
-recomputed per program (a few KB from L2). RoPE pairs element i of a head with i + head_dim/2
+evict-first so x stays in L2) and reduces them in float32; the input vector is normalised per
+program. The norm's statistic (x's sum of squares) is either summed by every program (a pass over
+x from L2 before the loop: NORM_PROGRAM) or read as one float32 that the kernel which wrote x added
+its rows' squares into (`sum_out` of o and down, `norm_sum` of the next GEMV: NORM_SUM, the
+step's `norm` lever "sum"); a caller may also pass x already normalised (no norm_weight). RoPE pairs element i of a head with i + head_dim/2
 (transformers' rotate_half), so a qkv program owns BP pairs: a tile of 2 * BP rows, head_dim/2
 apart. gate_up likewise: gate row n with up row n + I.
 
@@ -49,8 +52,8 @@ import triton
 import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
-    DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, check_index_range, input_chunk, launch_options, p2,
-    pdl_start, require, rstd_of)
+    DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, NORM_OFF, NORM_PROGRAM, NORM_SUM, check_index_range,
+    input_chunk, launch_options, p2, pdl_start, require, rstd_for)
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -230,10 +233,11 @@ def _halves(y, B: tl.constexpr):
 
 
 @triton.jit
-def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, vc_ptr,
-                     eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                     L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
+def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr,
+                     vc_ptr, eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
+                     D: tl.constexpr, L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
+                     XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
+                     PDL: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
     rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
     heads turned by RoPE at the step's position; q stored to q_ptr, k and v to the cache at the
@@ -249,10 +253,10 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
         y1 = tl.load(y_ptr + rows).to(tl.float32)
         y2 = tl.load(y_ptr + rows + HALF).to(tl.float32)
     else:
-        rstd = rstd_of(x_ptr, K, KP, eps)
+        rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
         pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
         both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
-        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, True, XT), BP)
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
             y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
@@ -282,18 +286,18 @@ def _qkv_rope_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, s
 
 
 @triton.jit
-def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, eps, magic, N: tl.constexpr, K: tl.constexpr,
-                   KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
-                   NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
-    """Program (block of BN rows): out = W (norm(x) when NORM, else x) (+ b) (+ res when RESIDUAL: the
-    product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may be `res`: a
-    program reads and writes only its own rows."""
+def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic,
+                   N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
+                   XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
+                   SUM_OUT: tl.constexpr, PDL: tl.constexpr):
+    """Program (block of BN rows): out = W (norm(x) unless NORM_OFF, else x) (+ b) (+ res when
+    RESIDUAL: the product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may
+    be `res`: a program reads and writes only its own rows. SUM_OUT: the squares of the rows it
+    stored (as stored) added into sum_ptr's float32, for the next GEMV's norm (NORM_SUM)."""
     pdl_start(PDL)
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < N
-    rstd = 1.0
-    if NORM:
-        rstd = rstd_of(x_ptr, K, KP, eps)
+    rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
     y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
@@ -301,13 +305,16 @@ def _linear_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, e
     if RESIDUAL:
         y = y.to(dt).to(tl.float32) + tl.load(res_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, y.to(dt), mask=rmask)
+    if SUM_OUT:
+        stored = tl.where(rmask, y.to(dt).to(tl.float32), 0.0)
+        tl.atomic_add(sum_ptr, tl.sum(stored * stored, axis=0))
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr, K: tl.constexpr,
-                    KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr, XT: tl.constexpr,
-                    FROM_Y: tl.constexpr, PDL: tl.constexpr):
-    """Program (block of BN gate rows): gate and up = W norm(x) for rows n and n + I (or read from
+def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr,
+                    K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
+                    XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
+    """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype; out = SiLU(gate) * up, SiLU's output
     rounded as transformers' act_fn rounds it."""
     pdl_start(PDL)
@@ -317,11 +324,11 @@ def _gate_up_kernel(x_ptr, g_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magi
         gate = tl.load(y_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
         up = tl.load(y_ptr + rows + I, mask=rmask, other=0.0).to(tl.float32)
     else:
-        rstd = rstd_of(x_ptr, K, KP, eps)
+        rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
         pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
         own = tl.program_id(0) * BN + pair % BN
         both = own + (pair // BN) * I
-        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, True, XT), BN)
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT), BN)
     dt = out_ptr.dtype.element_ty
     gate = gate.to(dt).to(tl.float32)
     up = up.to(dt).to(tl.float32)
@@ -356,37 +363,56 @@ def _operand_args(op: WeightOperand | None, stand_in):
     return op.weight, op.scale if op.scale is not None else stand_in, op.zero if op.zero is not None else stand_in
 
 
+def _norm_args(where: str, x, norm_weight, norm_sum):
+    """(NORM, the norm weight's pointer, the sum's pointer) of a GEMV's prologue: no norm_weight, no
+    norm (x as given); norm_weight alone, every program sums x's squares; with norm_sum (a float32
+    tensor of one element holding sum(x^2), as an earlier kernel's sum_out added it up), read once."""
+    if norm_weight is None:
+        if norm_sum is not None:
+            raise ValueError(f"{where}: norm_sum is the statistic of a norm: it needs norm_weight")
+        return NORM_OFF, x, x
+    require(where, "norm_weight", norm_weight, numel=x.numel(), device=x.device, dtype=ACTIVATION_DTYPES)
+    if norm_sum is None:
+        return NORM_PROGRAM, norm_weight, x
+    require(where, "norm_sum", norm_sum, dtype=torch.float32, numel=1, device=x.device)
+    return NORM_SUM, norm_weight, norm_sum
+
+
 def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, eps: float = 0.0, residual=None,
-           pdl: bool = False) -> None:
+           norm_sum=None, sum_out=None, pdl: bool = False) -> None:
     """out = (residual +) W (RMSNorm(x) * norm_weight if norm_weight is given, else x) (+ bias), one launch.
     `weight`: a WeightOperand or a dense (n, k) tensor; x (k,), out, bias and residual (n,); out may
-    be residual (the residual add in place)."""
+    be residual (the residual add in place). norm_sum: x's sum of squares (_norm_args); sum_out: a
+    float32 tensor of one element that out's sum of squares is added into (zero it first)."""
     where, op = "linear", as_operand(weight)
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     op.validate(where, "weight", x.device)
     n, k = op.n, op.k
     require(where, "x", x, numel=k)
     require(where, "out", out, dtype=x.dtype, numel=n, device=x.device)
-    for name, t, size in (("bias", bias, n), ("norm_weight", norm_weight, k), ("residual", residual, n)):
+    for name, t, size in (("bias", bias, n), ("residual", residual, n)):
         if t is not None:
             require(where, name, t, numel=size, device=x.device, dtype=ACTIVATION_DTYPES)
+    if sum_out is not None:
+        require(where, "sum_out", sum_out, dtype=torch.float32, numel=1, device=x.device)
+    norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
     check_index_range(where, n, k)
     bn = min(shape.rows, p2(n))
     w, s, z = _operand_args(op, x)
     _linear_kernel[(triton.cdiv(n, bn),)](
-        x, norm_weight if norm_weight is not None else x, w, s, z, bias if bias is not None else x,
-        residual if residual is not None else x, out, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
-        FMT=op.code, XT=shape.x_tile, NORM=norm_weight is not None, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
-        PDL=pdl,
-        **launch_options(shape.warps, pdl, shape.stages))
+        x, g, ss, w, s, z, bias if bias is not None else x, residual if residual is not None else x, out,
+        sum_out if sum_out is not None else x, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
+        FMT=op.code, XT=shape.x_tile, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
+        SUM_OUT=sum_out is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
 
 
 def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache, v_cache, norm_weight, eps: float,
-             shape: GemvConfig, bias=None, y=None, pdl: bool = False) -> None:
+             shape: GemvConfig, bias=None, y=None, norm_sum=None, pdl: bool = False) -> None:
     """q_out (heads * head_dim,) and the cache rows at `position` from x: RMSNorm, the joined q/k/v
     GEMV, bias, RoPE, append. cos and sin: (positions, head_dim / 2) tables; k_cache and v_cache:
-    (kv heads, cache length, head_dim). With `y` (a packed path's q/k/v output, its bias included)
-    the GEMV is skipped and `weight` must be None."""
+    (kv heads, cache length, head_dim). norm_weight None: x is already normalised; norm_sum: x's sum
+    of squares (_norm_args). With `y` (a packed path's q/k/v output, its bias included) the GEMV is
+    skipped and `weight` must be None."""
     where = "qkv_rope"
     d, half = heads.head_dim, heads.head_dim // 2
     bp = min(shape.rows, half)
@@ -394,7 +420,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
         raise ValueError(f"{where}: head_dim {d}: {bp} pairs per program do not divide its {half} pairs")
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
-    require(where, "norm_weight", norm_weight, numel=k, device=dev)
+    norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
     require(where, "q_out", q_out, numel=heads.n_heads * d, dtype=x.dtype, device=dev)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         require(where, name, t, dtype=q_out.dtype, device=dev)
@@ -421,20 +447,21 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     w, s, z = _operand_args(op, x)
     grid = ((heads.n_heads + 2 * heads.n_kv) * (half // bp),)
     _qkv_rope_kernel[grid](
-        x, norm_weight, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
+        x, g, ss, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
+        NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
 
 
-def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, pdl: bool = False) -> None:
+def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False) -> None:
     """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
-    then up) on RMSNorm(x) * norm_weight; from `y` (that GEMV's output) when a path ran it, weight None."""
+    then up) on RMSNorm(x) * norm_weight (x as given when norm_weight is None; norm_sum: x's sum of
+    squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None."""
     where = "gate_up"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
     require(where, "out", out, dtype=x.dtype, device=dev)
-    require(where, "norm_weight", norm_weight, numel=k, device=dev)
+    norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
     inter = out.numel()
     op = None
     if y is not None:
@@ -450,9 +477,9 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     bn = min(shape.rows, p2(inter))
     w, s, z = _operand_args(op, x)
     _gate_up_kernel[(triton.cdiv(inter, bn),)](
-        x, norm_weight, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
+        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
+        NORM=norm, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
 
 
 def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:

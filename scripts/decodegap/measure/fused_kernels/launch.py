@@ -28,6 +28,13 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        the K/V loads across loop steps
   attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
                        program of each KV head to finish combines (one launch instead of two)
+  norm                 how the RMSNorm before qkv, gate_up and lm_head gets x's statistics:
+                       "program" (every GEMV program sums x's squares itself: a pass over x from L2
+                       per program), "sum" (the o and down GEMVs add the squares of the rows they
+                       write into one float32 a norm, and the next GEMV reads it: one load; the
+                       float32 sum's order varies run to run, so the last bit of a step's
+                       normalised x may too), "apart" (a one-program launch writes the normalised x
+                       before each of those GEMVs, which read it as it is: a launch more per norm)
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass, field
 ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
 FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernels read (gemv.WeightOperand)
 COMBINES = ("separate", "in_split")
+NORMS = ("program", "sum", "apart")
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
 
 
@@ -96,13 +104,18 @@ class LaunchShapes:
     """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
     `gemv_by_hidden[hidden size][format][role]` (a card width's own shapes where they differ: the
     same role reads 3584- and 4096-wide cards best with different shapes on the H200), `attention`,
-    `pdl`, and where they came from (`source`)."""
+    the levers `pdl` and `norm` (module docstring), and where they came from (`source`)."""
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
     pdl: bool = False
     source: str = ""
     gemv_by_hidden: dict = field(default_factory=dict)
+    norm: str = "program"
+
+    def __post_init__(self):
+        if self.norm not in NORMS:
+            raise ValueError(f"launch shapes: norm {self.norm!r}: one of {', '.join(NORMS)}")
 
     def gemv_for(self, fmt: str, role: str, hidden: int | None = None) -> GemvConfig:
         """The shape of `role` for weights stored as `fmt` in a card of width `hidden`: the width's own
@@ -124,6 +137,8 @@ class LaunchShapes:
         """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
         out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
+        if self.norm != "program":  # absent when the default: records made before the lever read the same
+            out["norm"] = self.norm
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -243,12 +258,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "gemv_by_hidden"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -270,8 +285,11 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     if spec.get("attention"):
         given = spec["attention"]
         attention = given if isinstance(given, AttentionConfig) else dataclasses.replace(base.attention, **given)
+    norm = spec.get("norm", base.norm)
+    if norm not in NORMS:
+        raise ValueError(f"gemv_configs: norm {norm!r}: one of {', '.join(NORMS)}")
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
-                        source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden)
+                        source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm)
 
 
 def _check_format(fmt, where: str) -> None:

@@ -106,10 +106,16 @@ def _rotate(v, c, s):
     return v * c + torch.cat((-v[..., half:], v[..., :half]), -1) * s
 
 
+NORM_INPUTS = ("program", "sum", "none")  # how RoleBench feeds a normed role (qkv, gate_up, lm_head) its norm
+
+
 class RoleBench:
     """One GEMV role of a card, weights stored as `fmt`: inputs, `copies` weights (enough to cycle
-    past L2 on a GPU), `launch(shape, i)`, `error(shape)` (relative L2 against float32 on the same
-    inputs and dequantized weights, NaN-poisoned outputs) and the bytes a launch must read."""
+    past L2 on a GPU), `launch(shape, i, norm=...)`, `error(shape, norm=...)` (relative L2 against
+    float32 on the same inputs and dequantized weights, NaN-poisoned outputs) and the bytes a launch
+    must read. `norm`, for the roles after a norm: "program" (each program sums x's squares: the
+    table's step), "sum" (x's sum of squares given, the norm lever "sum"), "none" (x given
+    normalised: what any way of normalising once would leave the GEMV)."""
 
     def __init__(self, role: str, fmt: str, arch: dict, device, dtype=torch.bfloat16, copies: int | None = None,
                  qkv_bias: bool = True):
@@ -124,6 +130,8 @@ class RoleBench:
         self.ops = [op0] + [random_operand(fmt, n, k, device, dtype) for _ in range(copies - 1)]
         r = lambda *s: torch.randn(*s, device=device).to(dtype)  # noqa: E731
         self.eps, self.x, self.g = 1e-5, r(k), (1 + torch.randn(k, device=device) / 8).to(dtype)
+        self.x_sum = self.x.float().pow(2).sum().view(1)  # the norm's statistic, as the GEMV before would add it up
+        self.xn = _rms(self.x, self.g, self.eps).to(dtype)  # x normalised, as add_norm writes it
         self.bias = r(n) if role == "qkv" and qkv_bias else None  # Qwen2's q/k/v carry biases
         d = self.heads.head_dim
         self.cos, self.sin = r(64, d // 2), r(64, d // 2)
@@ -136,23 +144,32 @@ class RoleBench:
         self.bytes = stored + k * 2 + (n * 2 if self.bias is not None else 0) + (k * 2 if normed else 0) + \
             (n * 2 if role in ("o", "down") else 0)
 
-    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False) -> None:
+    def _normed_input(self, norm: str):
+        if norm not in NORM_INPUTS:
+            raise ValueError(f"RoleBench: norm {norm!r}: one of {', '.join(NORM_INPUTS)}")
+        if norm == "none":
+            return self.xn, {"norm_weight": None}
+        return self.x, {"norm_weight": self.g, "norm_sum": self.x_sum if norm == "sum" else None}
+
+    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program") -> None:
         op = self.ops[i]
+        if self.role in ("qkv", "gate_up", "lm_head"):
+            x, kw = self._normed_input(norm)
         if self.role == "qkv":
-            gemv.qkv_rope(self.x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
-                          k_cache=self.kc, v_cache=self.vc, norm_weight=self.g, eps=self.eps, shape=shape, bias=self.bias, pdl=pdl)
+            gemv.qkv_rope(x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
+                          k_cache=self.kc, v_cache=self.vc, eps=self.eps, shape=shape, bias=self.bias, pdl=pdl, **kw)
         elif self.role == "gate_up":
-            gemv.gate_up(self.x, op, self.out, norm_weight=self.g, eps=self.eps, shape=shape, pdl=pdl)
+            gemv.gate_up(x, op, self.out, eps=self.eps, shape=shape, pdl=pdl, **kw)
         elif self.role == "lm_head":
-            gemv.linear(self.x, op, self.out, shape=shape, norm_weight=self.g, eps=self.eps, pdl=pdl)
+            gemv.linear(x, op, self.out, shape=shape, eps=self.eps, pdl=pdl, **kw)
         else:
             gemv.linear(self.x, op, self.out, shape=shape, residual=self.res, pdl=pdl)
 
-    def error(self, shape: GemvConfig) -> float:
+    def error(self, shape: GemvConfig, norm: str = "program") -> float:
         """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv)."""
         for t in (self.q, self.kc, self.vc, self.out):
             t.fill_(float("nan"))
-        self.launch(shape, 0)
+        self.launch(shape, 0, norm=norm)
         w = dequantize(self.ops[0])
         dt = self.x.dtype
         if self.role == "qkv":
