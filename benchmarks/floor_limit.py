@@ -743,9 +743,8 @@ def lever_variants(table, device) -> dict:
     default = fk.LAUNCH_SHAPES["default"].attention
     if default != att:
         out["attention default shape"] = {"attention": default.as_dict()}
-    for norm in fk.NORMS:  # the norm's statistic per program (the table's), summed by the GEMV before, or x normalised apart
-        if norm != table.norm:
-            out[f"norm {norm}"] = {"norm": norm}
+    for norm in fk.NORMS:  # every format's norm per program, its statistic summed by the GEMV before, or x normalised apart
+        out[f"norm {norm}"] = {"norm": norm}
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
@@ -792,6 +791,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                 for name, change in variants.items():
                     if set(change or {}) == {"gemv"} and fmt not in change["gemv"]:
                         continue  # a lever of another storage format's GEMVs only
+                    if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
+                        continue  # the table's own norm for this format: the table's step
                     if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
                         continue
                     try:

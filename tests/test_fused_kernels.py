@@ -376,11 +376,17 @@ def test_the_norm_lever_gives_the_same_logits_and_is_recorded(norm, quant):
     layers = len(net.layers)
     assert net.describe()["norm"] == norm and kinds.count("gemv") == 4 * layers + 1
     assert kinds.count("other") == (2 if norm == "sum" else 1 + 2 * layers + 1)  # the embedding, then the zeroing or the norms
-    assert fk.resolve({"norm": norm}, "cpu").as_dict()["norm"] == norm and "norm" not in fk.resolve(None, "cpu").as_dict()
-    with pytest.raises(ValueError, match="norm 'once': one of program, sum, apart"):
-        net.set_launch_shapes({"norm": "once"})
-    with pytest.raises(ValueError, match="launch shapes: norm 'Sum': one of program, sum, apart"):
-        fk.LaunchShapes(gemv=fk.LAUNCH_SHAPES["cpu"].gemv, norm="Sum")
+    fmt = net.kernel_format
+    assert fk.resolve({"norm": norm}, "cpu").as_dict()["norm"] == {f: norm for f in fk.FORMATS}
+    assert "norm" not in fk.resolve(None, "cpu").as_dict()  # every format's "program": records before the lever read the same
+    net.set_launch_shapes({"norm": {"fp8" if fmt != "fp8" else "dense": norm}})  # another format's lever: not this step's
+    assert net.describe()["norm"] == "program" and [k for k, _ in net.launches(torch.tensor([1]), torch.tensor([20]))].count("other") == 1
+    with pytest.raises(ValueError, match="gemv_configs: norm 'once' for int4: one of program, sum, apart"):
+        net.set_launch_shapes({"norm": {"int4": "once"}})
+    with pytest.raises(ValueError, match="gemv_configs: norm: unknown format 'bf16'"):
+        net.set_launch_shapes({"norm": {"bf16": "sum"}})
+    with pytest.raises(ValueError, match="launch shapes: norm must be {format: one of program, sum, apart}, not 'sum'"):
+        fk.LaunchShapes(gemv=fk.LAUNCH_SHAPES["cpu"].gemv, norm="sum")
 
 
 @pytest.mark.parametrize("quant", ["fp8", "int4-triton"])

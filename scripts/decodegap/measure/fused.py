@@ -210,7 +210,8 @@ class FusedModel:
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
             out["pdl"] = self.shapes.pdl
-            out["norm"] = self.shapes.norm
+            if self.kernel_format:  # a packed path's own GEMVs take x normalised by add_norm, whatever the lever
+                out["norm"] = self.shapes.norm_for(self.kernel_format)
             out["launch_shapes"] = self.shapes.source
         return out
 
@@ -313,7 +314,7 @@ class FusedModel:
 
         from decodegap.measure import fused_kernels as fk
 
-        x, g, pdl, op, eps, mode = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps, self.shapes.norm
+        x, g, pdl, op, eps, mode = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps, self.shapes.norm_for(self.kernel_format)
         sums = self._sums
         out = [("other", call(self._embed, token))]
         if mode == "sum":

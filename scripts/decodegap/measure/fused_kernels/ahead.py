@@ -4,7 +4,17 @@ shapes, in each weight format and with each lever, through Triton's compiler and
 widths (cuobjdump, shipped with Triton). A kernel that does not compile, or spills, is a failure:
 exit status 1.
 
-    python -m decodegap.measure.fused_kernels.ahead [--arch 90] [--quick] [--json out.json]
+    python -m decodegap.measure.fused_kernels.ahead [--arch 90] [--quick] [--json out.json] [--loops]
+
+--loops adds what bounds a GEMV by its instructions rather than its bytes: the SASS instructions a
+program executes (its straight-line code once and the body of its loop over K, where ptxas kept
+one, once per trip) per weight a thread multiplies (R rows x K columns over warps x 32 threads), by
+instruction class, and the bandwidth at which the GPU could just issue them: a multiprocessor
+issues at most one warp instruction per scheduler per clock (4 schedulers on sm_90), so i
+instructions per weight cannot stream more than bytes-per-weight x SMs x 4 x 32 x clock / i bytes a
+second, whatever the memory does (H200: 132 SMs at up to 1.98 GHz, 33.4 T lane-instructions a
+second; ISSUE below). It is an optimistic bound: a stall, a barrier or the integer pipes' half
+rate only lower it.
 
 How: the launch wrappers run on small CPU tensors with Triton's launcher replaced by a recorder, so
 what compiles is what a launch on the GPU specialises: the same constexprs, pointer dtypes, 16-byte
@@ -27,6 +37,11 @@ from pathlib import Path
 
 TYPES = {"bfloat16": "*bf16", "float32": "*fp32", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv", "int32": "*i32",
          "int64": "*i64"}
+# the H200's instruction issue: multiprocessors, warp schedulers each (one warp instruction a clock),
+# threads a warp, and the SM clock's maximum (nvidia-smi's clocks.max.sm on the lent H200s: 1980 MHz)
+ISSUE = {"sms": 132, "schedulers": 4, "lanes": 32, "clock_hz": 1.98e9}
+BYTES_PER_WEIGHT = {"bfloat16": 2.0, "float8_e4m3fn": 1.0 + 4 / 4096, "int32": 0.5 + 2 * 2 / 128}  # as stored, scales included
+NORM_INPUT = {"program": "program", "sum": "sum", "apart": "none"}  # the norm lever -> what RoleBench gives the kernel
 CARDS = {  # the head layouts and widths of the configured cards (config/models.yaml), a small vocabulary
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, head_dim=128,
                        vocab_size=32768),
@@ -81,7 +96,53 @@ def _inspect(cubin: bytes) -> dict:
     ops = collections.Counter(m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M))
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)), "spill_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1)),
             "instructions": sum(ops.values()), "barriers": sum(c for o, c in ops.items() if o.startswith("BAR.SYNC")),
-            "loads": {o: c for o, c in sorted(ops.items()) if o.startswith(("LDG", "LDGSTS"))}}
+            "loads": {o: c for o, c in sorted(ops.items()) if o.startswith(("LDG", "LDGSTS"))}, "loop": _loop(sass)}
+
+
+def _loop(sass: str) -> dict:
+    """A kernel's SASS counted by instruction (opcode without modifiers): all of it (`ops`, without
+    the padding after its end) and the body of its longest backward branch (`loop_ops`, the loop over
+    K; empty where ptxas unrolled it)."""
+    ins = [(int(m.group(1), 16), m.group(2), line) for line in sass.splitlines()
+           if (m := re.match(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line))]
+    best = None
+    for addr, op, line in ins:
+        m = re.search(r"\bBRA\s+(?:`\()?(0x[0-9a-f]+)", line) if op == "BRA" else None
+        if m and int(m.group(1), 16) < addr and (best is None or addr - int(m.group(1), 16) > best[1] - best[0]):
+            best = (int(m.group(1), 16), addr)
+    body = [op for addr, op, _ in ins if best and best[0] <= addr <= best[1] and best[0] != best[1]]  # BRA to itself: the end
+    code = [op for addr, op, line in ins if op != "NOP" and not (op == "BRA" and f"BRA 0x{addr:x}" in line)]
+    return {"ops": dict(collections.Counter(code).most_common()), "loop_ops": dict(collections.Counter(body).most_common())}
+
+
+def gemv_program(kernel: str, constexprs: dict, warps: int) -> dict | None:
+    """What one program of a GEMV kernel does, from the launch's constexprs: weights a thread
+    multiplies (R rows x K over the program's threads) and trips of the loop over K; None for a
+    kernel without a weight loop (FROM_Y)."""
+    if constexprs.get("FROM_Y"):
+        return None
+    rows = {"_linear_kernel": constexprs.get("BN"), "_gate_up_kernel": 2 * constexprs.get("BN", 0),
+            "_qkv_rope_kernel": 2 * constexprs.get("BP", 0)}.get(kernel)
+    if not rows:
+        return None
+    return {"weights_per_thread": rows * constexprs["K"] / (warps * 32), "trips": -(-constexprs["K"] // constexprs["BK"])}
+
+
+def issue_bound(row: dict, issue: dict = ISSUE) -> dict | None:
+    """A compiled GEMV row's instructions per weight (a program's: straight-line code once, the loop
+    body once per trip), by class, and the bandwidth the GPU could issue them at (module docstring)."""
+    code, program = row.get("loop"), row.get("program")
+    if not code or not program:
+        return None
+    body = code["loop_ops"]
+    executed = collections.Counter(code["ops"])
+    for op, n in body.items():  # the listing holds the body once; the program runs it once a trip
+        executed[op] += n * (program["trips"] - 1)
+    per_weight = sum(executed.values()) / program["weights_per_thread"]
+    rate = issue["sms"] * issue["schedulers"] * issue["lanes"] * issue["clock_hz"]  # lane-instructions a second
+    return {"per_weight": per_weight, "looped": bool(body),
+            "by_op": {op: n / program["weights_per_thread"] for op, n in executed.most_common()},
+            "issue_TBps": BYTES_PER_WEIGHT[row["weight_dtype"]] * rate / per_weight / 1e12}
 
 
 def cases(quick: bool) -> dict:
@@ -98,15 +159,20 @@ def cases(quick: bool) -> dict:
             for role in fk.ROLES:
                 if role == "lm_head" and fmt != "dense":
                     continue
-                shape = table.gemv_for(fmt, role)
-                variants = {"": shape}
+                shape = table.gemv_for(fmt, role, arch["hidden_size"])
+                own_norm = NORM_INPUT[table.norm_for(fmt)]  # what the table's norm leaves this role's kernel
+                variants = {"": (shape, own_norm)}
                 if not quick and role in ("o", "down"):
-                    variants["x_tile flipped "] = dataclasses.replace(shape, x_tile=not shape.x_tile)
-                for tag, sh in variants.items():
-                    for pdl in (False, True) if not quick or fmt == "dense" else (False,):
+                    variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm)
+                if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
+                    for norm, given in NORM_INPUT.items():
+                        if given != own_norm and (not quick or norm in ("program", "apart")):
+                            variants[f"norm {norm} "] = (shape, given)
+                for tag, (sh, norm) in variants.items():
+                    for pdl in (False, True) if (not quick or fmt == "dense") and not tag.startswith("norm") else (False,):
                         out[f"{key} {fmt} {role} {tag}{'pdl' if pdl else ''}".strip()] = (
-                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl:
-                            RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(sh, 0, pdl=pdl))
+                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm:
+                            RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(sh, 0, pdl=pdl, norm=norm))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
         attention = {"table": table.attention, "masked": dataclasses.replace(table.attention, skip_empty=False),
                      "skipping": dataclasses.replace(table.attention, skip_empty=True),
@@ -135,8 +201,12 @@ def cases(quick: bool) -> dict:
     return out
 
 
-def compile_all(arch: int = 90, quick: bool = False, log=print) -> list:
-    """Every case's kernels compiled for sm_<arch>: a row per kernel launch with what cuobjdump says."""
+def compile_all(arch: int = 90, quick: bool = False, log=print, loops: bool = False) -> list:
+    """Every case's kernels compiled for sm_<arch>: a row per kernel launch with what cuobjdump says;
+    a GEMV's row also its loop's instructions per weight and the bandwidth they could issue at
+    (`issue`), printed with `loops`."""
+    import torch
+
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("compiling ahead needs Triton's compiler: unset TRITON_INTERPRET")
     launches, undo = _record_launches()
@@ -150,11 +220,23 @@ def compile_all(arch: int = 90, quick: bool = False, log=print) -> list:
                 try:
                     kernel, options = _compile(fn, args, dict(kwargs), arch)
                     row.update(options=options, **_inspect(kernel.asm["cubin"]))
+                    bound = {**dict(zip(fn.arg_names, args)), **kwargs}
+                    if isinstance(bound.get("w_ptr"), torch.Tensor):
+                        row["weight_dtype"] = str(bound["w_ptr"].dtype).removeprefix("torch.")
+                        row["program"] = gemv_program(fn.__name__, bound, options.get("num_warps", 4))
+                        row["issue"] = issue_bound(row)
                 except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is the finding
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
                 rows.append(row)
                 log(f"{label:48s} {row['kernel']:26s} " + (f"COMPILE FAILED: {row['error'][:300]}" if "error" in row else
                     f"regs {row['registers']:3d} spills {row['spill_bytes']:4d} B  barriers {row['barriers']:3d}  {row['loads']}"))
+                if loops and row.get("issue"):
+                    iss = row["issue"]
+                    mix = " ".join(f"{op} {n:.2f}" for op, n in list(iss["by_op"].items())[:7])
+                    log(f"{'':48s} {iss['per_weight']:.2f} instructions a weight ({mix}; "
+                        f"{'a loop' if iss['looped'] else 'unrolled'}, {row['program']['trips']} trips, "
+                        f"{iss['by_op'].get('BAR', 0) * row['program']['weights_per_thread']:.0f} barriers a program): "
+                        f"issues at most {iss['issue_TBps']:.2f} TB/s of {row['weight_dtype']} weights")
     finally:
         undo()
     return rows
@@ -165,8 +247,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, default=90, help="compute capability as major*10+minor (90: Hopper, the H200)")
     ap.add_argument("--quick", action="store_true", help="one card, the table's shapes, fewer levers")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--loops", action="store_true", help="print each GEMV loop's instructions a weight and the bandwidth they could issue at")
     a = ap.parse_args(argv)
-    rows = compile_all(a.arch, a.quick)
+    rows = compile_all(a.arch, a.quick, loops=a.loops)
     bad = [r for r in rows if "error" in r or r.get("spill_bytes")]
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))

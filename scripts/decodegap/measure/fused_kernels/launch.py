@@ -28,13 +28,15 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        the K/V loads across loop steps
   attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
                        program of each KV head to finish combines (one launch instead of two)
-  norm                 how the RMSNorm before qkv, gate_up and lm_head gets x's statistics:
-                       "program" (every GEMV program sums x's squares itself: a pass over x from L2
-                       per program), "sum" (the o and down GEMVs add the squares of the rows they
-                       write into one float32 a norm, and the next GEMV reads it: one load; the
-                       float32 sum's order varies run to run, so the last bit of a step's
-                       normalised x may too), "apart" (a one-program launch writes the normalised x
-                       before each of those GEMVs, which read it as it is: a launch more per norm)
+  norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
+                       "program" (every GEMV program sums x's squares and normalises each x value it
+                       multiplies: a pass over x from L2 and the norm's arithmetic, per program),
+                       "sum" (as "program", but the o and down GEMVs add the squares of the rows they
+                       write into one float32 a norm, which the next GEMV reads: one load instead of
+                       the pass; the float32 sum's order varies run to run, so the last bit of a
+                       step's normalised x may too), "apart" (a one-program launch writes the
+                       normalised x before each of those GEMVs, which read it as it is: a launch more
+                       per norm, no norm arithmetic in the GEMVs)
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernel
 COMBINES = ("separate", "in_split")
 NORMS = ("program", "sum", "apart")
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
+
+
+def _check_norm(norm, where: str) -> None:
+    if not isinstance(norm, dict):
+        raise ValueError(f"{where}: norm must be {{format: one of {', '.join(NORMS)}}}, not {norm!r}")
+    for fmt, mode in norm.items():
+        _check_format(fmt, f"{where}: norm")
+        if mode not in NORMS:
+            raise ValueError(f"{where}: norm {mode!r} for {fmt}: one of {', '.join(NORMS)}")
+
+
+def _check_format(fmt, where: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
 
 
 @dataclass(frozen=True)
@@ -104,18 +120,22 @@ class LaunchShapes:
     """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
     `gemv_by_hidden[hidden size][format][role]` (a card width's own shapes where they differ: the
     same role reads 3584- and 4096-wide cards best with different shapes on the H200), `attention`,
-    the levers `pdl` and `norm` (module docstring), and where they came from (`source`)."""
+    the levers `pdl` and `norm` ({format: how its GEMVs get the norm}, "program" where absent;
+    module docstring), and where they came from (`source`)."""
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
     pdl: bool = False
     source: str = ""
     gemv_by_hidden: dict = field(default_factory=dict)
-    norm: str = "program"
+    norm: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.norm not in NORMS:
-            raise ValueError(f"launch shapes: norm {self.norm!r}: one of {', '.join(NORMS)}")
+        _check_norm(self.norm, "launch shapes")
+
+    def norm_for(self, fmt: str) -> str:
+        """How the GEMVs of weights stored as `fmt` get their norm (the lever `norm`)."""
+        return self.norm.get(fmt, "program")
 
     def gemv_for(self, fmt: str, role: str, hidden: int | None = None) -> GemvConfig:
         """The shape of `role` for weights stored as `fmt` in a card of width `hidden`: the width's own
@@ -137,8 +157,8 @@ class LaunchShapes:
         """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
         out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
-        if self.norm != "program":  # absent when the default: records made before the lever read the same
-            out["norm"] = self.norm
+        if self.norm:  # absent when every format's is "program": records made before the lever read the same
+            out["norm"] = dict(self.norm)
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -167,6 +187,12 @@ _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "do
 _H200_DENSE_4096 = {"qkv": (4, 512, 4), "o": (1, 1024, 4), "gate_up": (2, 1024, 4), "down": (1, 1024, 4, True),
                     "lm_head": (2, 1024, 4)}
 _H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096)}}
+# The norm lever per format (floor_limit.py --parts prologue levers, 2026-12-02, code c1eee80, GPU-e4092a36;
+# results/benchmarks/floor_limit_norm_h200.txt): with x normalised by a launch of its own, the int4 steps
+# at ctx 2048 and 16384 ran 1.048-1.058x the per-program norm's on all three cards (the int4 loop is
+# bound by its instructions, and the norm's arithmetic is in it) and the fp8 steps 1.002-1.011x; the
+# bf16 steps 1.007-1.009x for Qwen-2.5-7B but 0.959-0.982x for the 4096-wide cards, so bf16 keeps it.
+_H200_NORM = {"fp8": "apart", "int4": "apart"}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4), "o": (4, 2048, 4, True), "gate_up": (8, 1024, 4), "down": (4, 2048, 4, True)}
 
@@ -175,7 +201,7 @@ LAUNCH_SHAPES = {
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
                          pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
-                         gemv_by_hidden=_H200_BY_HIDDEN),
+                         gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
@@ -285,16 +311,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     if spec.get("attention"):
         given = spec["attention"]
         attention = given if isinstance(given, AttentionConfig) else dataclasses.replace(base.attention, **given)
-    norm = spec.get("norm", base.norm)
-    if norm not in NORMS:
-        raise ValueError(f"gemv_configs: norm {norm!r}: one of {', '.join(NORMS)}")
+    norm = dict(base.norm)
+    given = spec.get("norm", {})
+    norm.update({fmt: given for fmt in FORMATS} if isinstance(given, str) else given)  # a string: every format's
+    _check_norm(norm, "gemv_configs")
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm)
-
-
-def _check_format(fmt, where: str) -> None:
-    if fmt not in FORMATS:
-        raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
 
 
 def _without(by_hidden: dict, given: dict) -> dict:
