@@ -871,7 +871,14 @@ def attention_variants(table, device) -> dict:
            "bt32 x4/SM masked": fk.AttentionConfig(32, 4, 4, 2, False, "separate"),
            "bt32 x8/SM masked": fk.AttentionConfig(32, 8, 4, 2, False, "separate"),
            "bt64 x4/SM masked": fk.AttentionConfig(64, 4, 4, 2, False, "separate"),
-           "bt128 x4/SM w8 masked": fk.AttentionConfig(128, 4, 8, 2, False, "separate")}
+           "bt128 x4/SM w8 masked": fk.AttentionConfig(128, 4, 8, 2, False, "separate"),
+           # longer splits (fewer programs, longer loops), deeper pipelines, and the combine inside the splits
+           "bt64 x2/SM w8 masked": fk.AttentionConfig(64, 2, 8, 2, False, "separate"),
+           "bt128 x2/SM w8 masked": fk.AttentionConfig(128, 2, 8, 2, False, "separate"),
+           "bt64 x4/SM st3 masked": fk.AttentionConfig(64, 4, 4, 3, False, "separate"),
+           "bt64 x8/SM masked": fk.AttentionConfig(64, 8, 4, 2, False, "separate"),
+           "bt64 x4/SM masked in-split": fk.AttentionConfig(64, 4, 4, 2, False, "in_split"),
+           "bt128 x4/SM w8 masked in-split": fk.AttentionConfig(128, 4, 8, 2, False, "in_split")}
     return {n: c for i, (n, c) in enumerate(out.items()) if c not in list(out.values())[:i]}
 
 
