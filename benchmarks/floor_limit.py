@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout prologue tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -49,6 +49,11 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              sums x's squares, a pass over x from L2), with the sum given (the norm lever "sum": one
              load), and with x given normalised (no norm work at all: the least any way of
              normalising once leaves), beside the read-only kernel on the same bytes
+  l2         whether a GEMV waits on memory or on its own instructions: each role of the first card
+             whose weight fits the L2 (at most L2_FIT_BYTES as stored), in each format, at the table's
+             shape, timed reading one copy over and over (after the first launch, from L2) against
+             cycling copies from HBM as the other parts do, beside the read-only kernel both ways. A
+             kernel bound by memory runs faster from L2; one bound by its instructions does not
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
              step with it
@@ -71,8 +76,9 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
+L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
 STAGES = (1, 2, 3, 4, 6)  # the pipelining depths the stages part tries (3 is Triton's default on CUDA)
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
 # the read-only kernel's launch shapes, (int32 words a block, blocks a program, warps): the ceiling takes the best per role
@@ -423,6 +429,42 @@ def run_prologue(run, cards, models, quants, device, dtype):
                     continue
                 measure_one(run, out, f"prologue {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
                             lambda: one(key, cards[key], fmt, role))
+
+
+def run_l2(run, cards, models, quants, device, dtype):
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import RoleBench, graph_us, role_shapes
+
+    out = run.results.setdefault("l2", [])
+    table = fk.resolve(None, device)
+    key = models[0]
+    card = cards[key]
+
+    def one(fmt, role):
+        bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
+        shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
+        norm = "none" if table.norm_for(fmt) == "apart" else "program"  # the kernel as the table's step runs it
+        stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
+                     if t is not None)
+        row = {"model": key, "format": fmt, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
+               "check": bench.error(shape, norm=norm)}
+        row["hbm_us"] = graph_us(lambda i: bench.launch(shape, i, norm=norm), len(bench.ops), device)
+        row["l2_us"] = graph_us(lambda i: bench.launch(shape, 0, norm=norm), 1, device)
+        row["read_hbm_us"] = read_only_us(stored, len(bench.ops), device)
+        row["read_l2_us"] = read_only_us(stored, 1, device)
+        row["l2_speedup"], row["read_l2_speedup"] = row["hbm_us"] / row["l2_us"], row["read_hbm_us"] / row["read_l2_us"]
+        run.say(f"l2 {key} {fmt:5s} {role:8s} {stored / 2**20:6.1f} MiB  GEMV {row['hbm_us']:7.2f} us from HBM, {row['l2_us']:7.2f} "
+                f"from L2 ({row['l2_speedup']:.2f}x)  read-only {row['read_hbm_us']:7.2f} / {row['read_l2_us']:7.2f} us "
+                f"({row['read_l2_speedup']:.2f}x); check {row['check']:.1e}")
+        return row
+
+    for fmt in formats_of(quants):
+        for role, (n, k) in role_shapes(card.architecture).items():
+            stored = n * k * {"dense": 2, "fp8": 1, "int4": 0.5}[fmt]
+            if role == "lm_head" and fmt != "dense" or stored > L2_FIT_BYTES or not run.enough(f"l2 {key} {fmt} {role}", 15):
+                continue
+            measure_one(run, out, f"l2 {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
+                        lambda: one(fmt, role))
 
 
 _STREAM_READ = None
@@ -946,6 +988,12 @@ def summary(run) -> None:
         for g in prologue:
             print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
                 f"{g['us'][n]:10.2f}" if n in g["us"] else f"{'--':>10s}" for n in names))
+    l2 = [g for g in r.get("l2", []) if "l2_us" in g]
+    if l2:
+        print(f"\n{'model':16s} {'format':6s} {'role':8s} {'MiB':>6s} {'HBM us':>8s} {'L2 us':>8s} {'x':>5s} {'read HBM':>9s} {'read L2':>8s} {'x':>5s}")
+        for g in l2:
+            print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} {g['stored_bytes'] / 2**20:6.1f} {g['hbm_us']:8.2f} {g['l2_us']:8.2f} "
+                  f"{g['l2_speedup']:5.2f} {g['read_hbm_us']:9.2f} {g['read_l2_us']:8.2f} {g['read_l2_speedup']:5.2f}")
     stages = [g for g in r.get("stages", []) if g.get("us")]
     if stages:
         names = list(dict.fromkeys(n for g in stages for n in g["us"]))
@@ -1038,6 +1086,8 @@ def main(argv=None) -> int:
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "layout":
                 run.part(name, run_layout, run, cards, model_parts, device, dtype)
+            elif name == "l2":
+                run.part(name, run_l2, run, cards, model_parts, a.quant, device, dtype)
             elif name == "prologue":
                 run.part(name, run_prologue, run, cards, model_parts, a.quant, device, dtype)
             elif name == "stages":

@@ -51,6 +51,8 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert sorted((g["format"], g["role"]) for g in prologue) == sorted(
         [(f, r) for f in ("dense", "fp8", "int4") for r in ("qkv", "gate_up")] + [("dense", "lm_head")])
     assert all(set(g["us"]) == {"program", "sum", "none", "read-only"} and max(g["check"].values()) < 1e-4 for g in prologue)
+    l2 = {(g["format"], g["role"]): g for g in got["l2"]}  # the tiny card's weights all fit: every role, both ways, checked
+    assert len(l2) == 5 + 4 + 4 and all(g["l2_us"] > 0 and g["hbm_us"] > 0 and g["check"] < 1e-4 for g in l2.values())
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out
