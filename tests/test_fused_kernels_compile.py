@@ -16,6 +16,22 @@ from conftest import REPO
 
 pytest.importorskip("triton")
 
+from decodegap.measure.fused_kernels import ahead  # noqa: E402
+
+# a loop of four instructions (one of them the backward branch) after two straight-line ones, the
+# end's branch to itself and padding: the shape cuobjdump -sass prints
+SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_CTAID.X ;
+        /*0020*/                   LDG.E.EF.128 R4, desc[UR4][R2.64] ;
+        /*0030*/                   FFMA R8, R4, R5, R8 ;
+        /*0040*/                   LOP3.LUT R9, R4, 0xf, RZ, 0xc0, !PT ;
+        /*0050*/              @!P0 BRA 0x20 ;
+        /*0060*/                   EXIT ;
+        /*0070*/                   BRA 0x70;
+        /*0080*/                   NOP;
+"""
+
 
 def _compile_ahead(tmp_path, *flags):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -24,6 +40,21 @@ def _compile_ahead(tmp_path, *flags):
                           cwd=REPO / "scripts", env=env, capture_output=True, text=True, timeout=1500)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
+
+
+def test_the_issue_bound_counts_the_loop_once_a_trip_per_weight():
+    """ahead --loops: the loop body is found by its backward branch and counted once a trip, the end's
+    branch to itself and the padding not at all; per weight a thread multiplies; and the bandwidth
+    the H200 could issue that at. A miscount would move the int4 bound the README draws from it."""
+    code = ahead._loop(SASS)
+    assert code["loop_ops"] == {"LDG": 1, "FFMA": 1, "LOP3": 1, "BRA": 1} and sum(code["ops"].values()) == 7
+    program = ahead.gemv_program("_gate_up_kernel", {"BN": 4, "K": 1024, "BK": 256}, 4)  # 8 rows x 1024 over 128 threads
+    assert program == {"weights_per_thread": 64, "trips": 4}
+    assert ahead.gemv_program("_gate_up_kernel", {"BN": 4, "K": 1024, "BK": 256, "FROM_Y": True}, 4) is None
+    got = ahead.issue_bound({"loop": code, "program": program, "weight_dtype": "bfloat16"})
+    assert got["per_weight"] == (7 + 4 * 3) / 64 and got["by_op"]["FFMA"] == 4 / 64 and got["looped"]
+    rate = 132 * 4 * 32 * 1.98e9
+    assert abs(got["issue_TBps"] - 2 * rate / got["per_weight"] / 1e12) < 1e-9
 
 
 def _check(proc, rows):
@@ -37,6 +68,14 @@ def _check(proc, rows):
     skipping = by[("qwen2.5-7b attention ctx 16384 skipping", "_attention_split_kernel")]["loads"]
     assert by[("qwen2.5-7b attention ctx 16384 masked in-split", "_attention_split_kernel")]  # the lever compiles for sm_90
     assert any(op.startswith("LDGSTS") for op in masked) and not any(op.startswith("LDGSTS") for op in skipping)
+    # every GEMV gets an issue bound; 4-bit weights take the most instructions a weight, and normalising
+    # x apart (the H200 table's int4 norm) takes the norm's arithmetic out of the int4 kernel
+    issue = {r["case"]: r["issue"] for r in rows if r.get("issue")}
+    assert issue["qwen2.5-7b int4 gate_up"]["per_weight"] > issue["qwen2.5-7b fp8 gate_up"]["per_weight"]
+    assert issue["qwen2.5-7b int4 gate_up"]["per_weight"] < issue["qwen2.5-7b int4 gate_up norm program"]["per_weight"]
+    bounds = {(b["card"], b["format"]): b for b in ahead.step_issue_bounds(rows)}
+    assert bounds[("qwen2.5-7b", "int4")]["issue_TBps"] < bounds[("qwen2.5-7b", "fp8")]["issue_TBps"] < 10
+    assert abs(bounds[("qwen2.5-7b", "dense")]["stored_GB"] - 14.14) < 0.01  # the ceiling's bytes: the real card's weights
 
 
 @pytest.mark.slow  # 25 s: every kernel through ptxas for sm_90 (CI runs it: pytest -m slow)

@@ -145,6 +145,35 @@ def issue_bound(row: dict, issue: dict = ISSUE) -> dict | None:
             "issue_TBps": BYTES_PER_WEIGHT[row["weight_dtype"]] * rate / per_weight / 1e12}
 
 
+def step_issue_bounds(rows: list) -> list:
+    """Per card and format, the least time the whole step's GEMVs could take at the issue bound: each
+    role's instructions a weight (the table's kernel, `rows`) times the card's real weights in that
+    role over all layers (config/models.yaml), over the issue rate, with the output projection in
+    bf16 as the paths keep it; beside the bytes the GEMVs stream, and the bandwidth that bound allows."""
+    from decodegap.core.config import load_models
+    from decodegap.measure.fused_kernels.launch import FORMATS
+    from decodegap.measure.fused_kernels.tune import role_shapes
+
+    rate = ISSUE["sms"] * ISSUE["schedulers"] * ISSUE["lanes"] * ISSUE["clock_hz"]
+    by_case = {r["case"]: r for r in rows if r.get("issue")}
+    cards, out = load_models(), []
+    for key in CARDS:
+        arch = cards[key].architecture
+        for fmt in FORMATS:
+            seconds = stored = 0.0
+            for role, (n, k) in role_shapes(arch).items():
+                row = by_case.get(f"{key} {'dense' if role == 'lm_head' else fmt} {role}")
+                if row is None:
+                    break
+                weights = n * k * (1 if role == "lm_head" else arch["num_hidden_layers"])
+                seconds += weights * row["issue"]["per_weight"] / rate
+                stored += weights * BYTES_PER_WEIGHT[row["weight_dtype"]]
+            else:
+                out.append({"card": key, "format": fmt, "issue_ms": seconds * 1e3, "stored_GB": stored / 1e9,
+                            "issue_TBps": stored / seconds / 1e12})
+    return out
+
+
 def cases(quick: bool) -> dict:
     """label -> a call of the launch wrappers (on CPU tensors), as the step makes them."""
     import torch
@@ -250,6 +279,10 @@ def main(argv=None) -> int:
     ap.add_argument("--loops", action="store_true", help="print each GEMV loop's instructions a weight and the bandwidth they could issue at")
     a = ap.parse_args(argv)
     rows = compile_all(a.arch, a.quick, loops=a.loops)
+    if a.loops:
+        for b in step_issue_bounds(rows):
+            print(f"{b['card']} {b['format']}: the step's GEMVs ({b['stored_GB']:.2f} GB as stored) issue in no less than "
+                  f"{b['issue_ms']:.3f} ms on the H200 at one instruction a scheduler a clock: at most {b['issue_TBps']:.2f} TB/s")
     bad = [r for r in rows if "error" in r or r.get("spill_bytes")]
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
