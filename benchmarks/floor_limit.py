@@ -55,8 +55,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              cycling copies from HBM as the other parts do, beside the read-only kernel both ways. A
              kernel bound by memory runs faster from L2; one bound by its instructions does not
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
-             JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, the first card's
-             step with it
+             JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, each card's step
+             in each of --quant's kernel paths with it, and with its GEMV shapes alone, against the table
 
 A compact summary table ends the output; everything goes to DIR/floor_limit.json (and the tuned
 shapes to DIR/tuned_launch_shapes.json). Nothing is downloaded: cards build with random weights
@@ -433,7 +433,7 @@ def run_prologue(run, cards, models, quants, device, dtype):
 
 def run_l2(run, cards, models, quants, device, dtype):
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import RoleBench, graph_us, role_shapes
+    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, RoleBench, graph_us, role_shapes
 
     out = run.results.setdefault("l2", [])
     table = fk.resolve(None, device)
@@ -443,7 +443,7 @@ def run_l2(run, cards, models, quants, device, dtype):
     def one(fmt, role):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
         shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
-        norm = "none" if table.norm_for(fmt) == "apart" else "program"  # the kernel as the table's step runs it
+        norm = NORM_INPUT_OF[table.norm_for(fmt)] if role in ("qkv", "gate_up", "lm_head") else "program"  # as the step runs it
         stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
                      if t is not None)
         row = {"model": key, "format": fmt, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
@@ -873,9 +873,10 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "tuned_launch_shapes.json").write_text(json.dumps(tuned, indent=1))
     run.say("tuned launch shapes: " + json.dumps({k: tuned[k] for k in ("gemv", "attention", "pdl") if k in tuned}))
-    choice = {k: tuned[k] for k in ("gemv", "attention", "pdl", "source") if k in tuned}
-    run_levers(run, cards, models[:1], [q for q in quants if q == "bf16"], ctxs, device, dtype, copy_Bps, n_dev, n_host,
-               variants={"table": {}, "tuned": choice})
+    choice = {k: tuned[k] for k in ("gemv", "gemv_by_hidden", "attention", "pdl", "norm", "source") if k in tuned}
+    gemvs = {k: v for k, v in choice.items() if k != "attention"}  # the GEMV shapes alone, the table's attention
+    run_levers(run, cards, models, [q for q in quants if q in FORMAT_OF], ctxs, device, dtype, copy_Bps, n_dev, n_host,
+               variants={"table": {}, "tuned": choice, "tuned GEMVs": gemvs})
 
 
 # ----------------------------------------------------------------------------- helpers and main

@@ -41,7 +41,6 @@ TYPES = {"bfloat16": "*bf16", "float32": "*fp32", "float16": "*fp16", "float8_e4
 # threads a warp, and the SM clock's maximum (nvidia-smi's clocks.max.sm on the lent H200s: 1980 MHz)
 ISSUE = {"sms": 132, "schedulers": 4, "lanes": 32, "clock_hz": 1.98e9}
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "float8_e4m3fn": 1.0 + 4 / 4096, "int32": 0.5 + 2 * 2 / 128}  # as stored, scales included
-NORM_INPUT = {"program": "program", "sum": "sum", "apart": "none"}  # the norm lever -> what RoleBench gives the kernel
 CARDS = {  # the head layouts and widths of the configured cards (config/models.yaml), a small vocabulary
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, head_dim=128,
                        vocab_size=32768),
@@ -179,7 +178,7 @@ def cases(quick: bool) -> dict:
     import torch
 
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import AttentionBench, RoleBench
+    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, AttentionBench, RoleBench
 
     table = fk.LAUNCH_SHAPES["h200"]
     out = {}
@@ -189,12 +188,12 @@ def cases(quick: bool) -> dict:
                 if role == "lm_head" and fmt != "dense":
                     continue
                 shape = table.gemv_for(fmt, role, arch["hidden_size"])
-                own_norm = NORM_INPUT[table.norm_for(fmt)]  # what the table's norm leaves this role's kernel
+                own_norm = NORM_INPUT_OF[table.norm_for(fmt)]  # what the table's norm leaves this role's kernel
                 variants = {"": (shape, own_norm)}
                 if not quick and role in ("o", "down"):
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm)
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
-                    for norm, given in NORM_INPUT.items():
+                    for norm, given in NORM_INPUT_OF.items():
                         if given != own_norm and (not quick or norm in ("program", "apart")):
                             variants[f"norm {norm} "] = (shape, given)
                 for tag, (sh, norm) in variants.items():

@@ -22,7 +22,8 @@ import torch
 
 from decodegap.measure.fused_kernels import split_attention as attn
 from decodegap.measure.fused_kernels import gemv
-from decodegap.measure.fused_kernels.launch import FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, sm_count_of
+from decodegap.measure.fused_kernels.launch import (
+    FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, launch_shapes_for, sm_count_of)
 from decodegap.measure.fused_kernels.ops import dequantize
 
 L2_FLUSH_BYTES = 512 * 2**20  # bytes of weight copies cycled per timing: several times the H200's 60 MB L2
@@ -107,6 +108,7 @@ def _rotate(v, c, s):
 
 
 NORM_INPUTS = ("program", "sum", "none")  # how RoleBench feeds a normed role (qkv, gate_up, lm_head) its norm
+NORM_INPUT_OF = {"program": "program", "sum": "sum", "apart": "none"}  # the step's norm lever -> what its GEMV kernels get
 
 
 class RoleBench:
@@ -251,7 +253,7 @@ def _pick(times: dict):
 
 def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=FORMATS, ctxs=(2048, 16384),
                        layers: int | None = None, top: int = 2, gemv_candidates: dict | None = None,
-                       attention_candidates: list | None = None, log=None) -> dict:
+                       attention_candidates: list | None = None, norm: dict | None = None, log=None) -> dict:
     """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
     `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
     `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card of
@@ -259,14 +261,17 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     each width gets its own choice (the first card's width under "gemv", the others under
     "gemv_by_hidden": the H200 reads 3584- and 4096-wide roles best with different shapes); every attention candidate (ATTENTION_CANDIDATES, or
     `attention_candidates`) per head layout at each of `ctxs`, in the cards' layer counts (or
-    `layers`). Each candidate is checked once against float32 (a wrong one is dropped). What the
-    budget left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
+    `layers`). The GEMVs after a norm run as the step will run them: with the norm lever of `norm`
+    ({format: "program" | "sum" | "apart"}; None: the device's table entry's), which the result
+    keeps. Each candidate is checked once against float32 (a wrong one is dropped). What the budget
+    left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
     t0 = time.perf_counter()
     device = torch.device(device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # the interpreter's bf16 arithmetic is wrong
     say = log or (lambda msg: None)
     over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
     timings, skipped = {"gemv": {}, "attention": {}}, []
+    norm = dict(launch_shapes_for(gpu_key_of(device)).norm if norm is None else norm)
     chosen, by_hidden = {}, {}
     width = [arch["hidden_size"] for arch in cards]
     lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
@@ -284,12 +289,14 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                     first = {c: t[lead[width[ci]]] for c, t in per_role.get(role, {}).items() if lead[width[ci]] in t}
                     cands = sorted(first, key=first.get)[:top]
                 bench = RoleBench(role, fmt, arch, device, dtype)
+                given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")] if role in (
+                    "qkv", "gate_up", "lm_head") else "program"
                 for shape in cands:
                     try:
-                        if not bench.error(shape) < 5e-2:
+                        if not bench.error(shape, norm=given) < 5e-2:
                             say(f"tune: {fmt} {role} {shape}: wrong result, dropped")
                             continue
-                        us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
+                        us = graph_us(lambda i: bench.launch(shape, i, norm=given), len(bench.ops), device)
                     except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
                         say(f"tune: {fmt} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
                         continue
@@ -332,7 +339,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     del benches
     timings["attention"] = {_key(c): t for c, t in att_times.items()}
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": False,
+           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": False, "norm": norm,
            "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
            "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
                                    for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
