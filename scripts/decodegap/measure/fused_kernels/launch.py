@@ -186,7 +186,16 @@ _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "do
 # 0.03 ms of the step), which the table does not take: it was measured at ctx 2048 only.
 _H200_DENSE_4096 = {"qkv": (4, 512, 4), "o": (1, 1024, 4), "gate_up": (2, 1024, 4), "down": (1, 1024, 4, True),
                     "lm_head": (2, 1024, 4)}
-_H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096)}}
+# fp8 and int4 with x normalised apart (the norm lever below), tuned on Qwen-2.5-7B and Llama-3.1-8B
+# (floor_limit.py --parts tune, 2026-12-02, code 12acda8, GPU-0e26c2db; results/benchmarks/
+# floor_limit_tune_norm_h200.txt): with no norm arithmetic left in them the int4 kernels read x as a
+# tile (x_tile) at every width, and against the shapes tuned with the norm inside, the int4 steps ran
+# 1.125-1.130x (Qwen-2.5-7B, ctx 2048 and 16384) and 1.085-1.108x (Llama-3.1-8B), the fp8 ones
+# 1.001-1.002x and 1.013-1.015x.
+_H200_FP8_4096 = {"qkv": (2, 1024, 4, True), "o": (2, 2048, 4), "gate_up": (4, 1024, 4), "down": (4, 1024, 4)}
+_H200_INT4_4096 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (4, 1024, 4, True), "down": (4, 2048, 4, True)}
+_H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096), "fp8": _gemv_table(_H200_FP8_4096),
+                          "int4": _gemv_table(_H200_INT4_4096)}}
 # The norm lever per format (floor_limit.py --parts prologue levers, 2026-12-02, code c1eee80, GPU-e4092a36;
 # results/benchmarks/floor_limit_norm_h200.txt): with x normalised by a launch of its own, the int4 steps
 # at ctx 2048 and 16384 ran 1.048-1.058x the per-program norm's on all three cards (the int4 loop is
@@ -194,7 +203,7 @@ _H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096)}}
 # bf16 steps 1.007-1.009x for Qwen-2.5-7B but 0.959-0.982x for the 4096-wide cards, so bf16 keeps it.
 _H200_NORM = {"fp8": "apart", "int4": "apart"}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
-_H200_INT4 = {"qkv": (4, 1024, 4), "o": (4, 2048, 4, True), "gate_up": (8, 1024, 4), "down": (4, 2048, 4, True)}
+_H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
 LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
@@ -208,7 +217,7 @@ LAUNCH_SHAPES = {
                             attention=AttentionConfig(block_t=64, programs_per_sm=4, warps=4, stages=2, skip_empty=False,
                                                       combine="separate"),
                             pdl=False, source="LAUNCH_SHAPES['default']: not measured on this GPU type",
-                            gemv_by_hidden=_H200_BY_HIDDEN),
+                            gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM),  # the fp8 and int4 shapes were tuned with it
 }
 # The CPU runs the kernels under Triton's interpreter (tests), where a program costs numpy calls, not
 # bandwidth: few programs with large tiles keep it fast. Tests that want several programs and loop
