@@ -9,7 +9,8 @@ small to stream memory well and the gaps between them. This step is written for 
 - the KV cache is a K and a V tensor per layer, written in place at a position held on the device;
 - on CUDA (backend "triton") a layer is six Triton launches (decodegap.measure.fused_kernels):
   the RMSNorms, RoPE, the KV append, SiLU x up and the residual adds ride inside the GEMVs, and
-  attention is a split-over-positions decode kernel. The GEMV kernels read bf16, and the fp8 and
+  attention is a split-over-positions decode kernel (eight launches where the norm lever
+  normalises x in launches of its own: the H200 table's choice for fp8 and int4). The GEMV kernels read bf16, and the fp8 and
   int4-triton paths' stored tensors, themselves (the same prologues and epilogues); another packed
   path's own GEMV (int4-tinygemm) replaces the bf16 one, with the same epilogues run on its
   output. Launch shapes and levers come per GPU type (fused_kernels.launch, or what
