@@ -29,7 +29,7 @@ from decodegap.measure.fused_kernels.ops import dequantize
 L2_FLUSH_BYTES = 512 * 2**20  # bytes of weight copies cycled per timing: several times the H200's 60 MB L2
 GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
     "dense": [(2, 512, 4), (4, 512, 4), (8, 256, 4), (1, 1024, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 8),
-              (2, 512, 4, True), (1, 1024, 4, True)],
+              (2, 512, 4, True), (1, 1024, 4, True), (4, 512, 4, True)],
     "fp8": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8), (8, 1024, 8), (2, 1024, 4, True),
             (4, 1024, 4, True)],
     "int4": [(4, 1024, 4), (8, 1024, 4), (8, 512, 4), (16, 512, 8), (4, 2048, 4), (8, 2048, 8), (4, 1024, 4, True),
