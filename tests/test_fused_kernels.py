@@ -247,7 +247,8 @@ def test_the_attention_plan_follows_the_multiprocessors():
 
 def test_launch_shapes_by_gpu_type_and_from_a_tuned_dict():
     h200 = fk.launch_shapes_for("h200")
-    assert h200.gemv_for("dense", "qkv") == fk.GemvConfig(4, 512, 4) == fk.GEMV_CONFIGS["qkv"]
+    assert h200.gemv_for("dense", "qkv") == fk.GemvConfig(4, 512, 4, True) and h200.norm_for("dense") == "apart"
+    assert fk.GEMV_CONFIGS["qkv"] == fk.GemvConfig(4, 512, 4)  # the shapes earlier sessions recorded, with the norm per program
     assert fk.launch_shapes_for("l4") is fk.LAUNCH_SHAPES["default"] and fk.gpu_key_of("cpu") == "cpu"
     assert h200.gemv_for("fp8", "lm_head") == h200.gemv["dense"]["lm_head"]  # the output projection is always dense
     assert fk.resolve(None, "cpu") is fk.LAUNCH_SHAPES["cpu"]
@@ -272,10 +273,10 @@ def test_a_card_width_gets_its_own_gemv_shapes_and_what_is_given_wins():
     the table keeps them by width; a shape given for every width (--gemv-configs, a tuned record
     without widths) replaces them, so what a benchmark or session is handed is what runs."""
     h200 = fk.launch_shapes_for("h200")
-    assert h200.gemv_for("dense", "gate_up", 4096) == fk.GemvConfig(2, 1024, 4) != h200.gemv_for("dense", "gate_up", 3584)
+    assert h200.gemv_for("dense", "gate_up", 4096) == fk.GemvConfig(1, 1024, 4) != h200.gemv_for("dense", "gate_up", 3584)
     assert h200.gemv_for("dense", "gate_up", 3584) == h200.gemv_for("dense", "gate_up") == fk.GemvConfig(2, 512, 4)
     assert h200.gemv_for("int4", "gate_up", 4096) == fk.GemvConfig(4, 1024, 4, True) != h200.gemv_for("int4", "gate_up", 3584)
-    assert h200.gemv_for("fp8", "lm_head", 4096) == fk.GemvConfig(2, 1024, 4)  # the output projection: the width's dense one
+    assert h200.gemv_for("fp8", "lm_head", 4096) == fk.GemvConfig(1, 1024, 4)  # the output projection: the width's dense one
     given = fk.GemvConfig(8, 256, 4)
     for spec in ({"gate_up": given.as_dict()}, {"gemv": {"dense": {"gate_up": given.as_dict()}}}):
         got = fk.resolve(spec, "cpu", "h200")

@@ -176,7 +176,13 @@ def _gemv_table(table: dict) -> dict:
 # (gate_up was (8, 256, 4)); fp8 and int4 rows hold half and a quarter of a bf16 row's bytes, so they
 # take more columns per loop step. x_tile (o and down: no norm prologue) loads x in the weight tile's
 # shape, which drops a shared-memory barrier per loop step on sm_90.
-_H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "down": (2, 512, 4, True), "lm_head": (4, 512, 4)}
+_H200_DENSE_PROGRAM = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "down": (2, 512, 4, True), "lm_head": (4, 512, 4)}
+# With x normalised apart (the norm lever below) the bf16 roles after a norm read x as a tile too: tuned
+# so on Qwen-2.5-7B alone (floor_limit.py --parts tune --tune-norm apart, 2026-12-02, code b8dee89,
+# GPU-87bd064c; results/benchmarks/floor_limit_tune_bf16_apart_h200.txt) its bf16 step at ctx 2048 ran
+# 3.840 ms against 3.918 ms with the shapes above and the per-program norm (1.020x)
+_H200_DENSE = {"qkv": (4, 512, 4, True), "o": (2, 512, 4, True), "gate_up": (2, 512, 4), "down": (2, 512, 4, True),
+               "lm_head": (2, 512, 4, True)}
 # The 4096-wide cards (Llama-3.1-8B, Mistral-7B-v0.3) read best with longer loop steps: tuned on each
 # alone (floor_limit.py --parts tune, 2026-12-02, code d7e5465, GPU-5f6b5afc; results/benchmarks/
 # floor_limit_retune_{llama,mistral}_h200.txt), both chose these (gate_up 58.2 us against 71.4 us with
@@ -184,8 +190,12 @@ _H200_DENSE = {"qkv": (4, 512, 4), "o": (2, 512, 4), "gate_up": (2, 512, 4), "do
 # and 4.261 ms against 4.758 and 4.534 ms with the table (1.066x, 1.064x). That step also ran the
 # tuner's attention (8 programs a multiprocessor, 2 stages: 8.73 against 9.58 us a layer alone, about
 # 0.03 ms of the step), which the table does not take: it was measured at ctx 2048 only.
-_H200_DENSE_4096 = {"qkv": (4, 512, 4), "o": (1, 1024, 4), "gate_up": (2, 1024, 4), "down": (1, 1024, 4, True),
-                    "lm_head": (2, 1024, 4)}
+# Tuned again on Llama-3.1-8B alone with x normalised apart (same command and machine; results/benchmarks/
+# floor_limit_tune_bf16_apart_llama_h200.txt): its step ran 4.415 against 4.417 ms (1.001x), so the
+# 4096-wide cards lose nothing by the norm apart with these shapes (with the shapes before it they ran
+# 0.959-0.982x). Mistral-7B-v0.3 takes them by its width, not measured with them.
+_H200_DENSE_4096 = {"qkv": (4, 512, 4, True), "o": (1, 1024, 4), "gate_up": (1, 1024, 4), "down": (1, 1024, 4, True),
+                    "lm_head": (1, 1024, 4)}
 # fp8 and int4 with x normalised apart (the norm lever below), tuned on Qwen-2.5-7B and Llama-3.1-8B
 # (floor_limit.py --parts tune, 2026-12-02, code 12acda8, GPU-0e26c2db; results/benchmarks/
 # floor_limit_tune_norm_h200.txt): with no norm arithmetic left in them the int4 kernels read x as a
@@ -200,8 +210,9 @@ _H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096), "fp8": _gemv_t
 # results/benchmarks/floor_limit_norm_h200.txt): with x normalised by a launch of its own, the int4 steps
 # at ctx 2048 and 16384 ran 1.048-1.058x the per-program norm's on all three cards (the int4 loop is
 # bound by its instructions, and the norm's arithmetic is in it) and the fp8 steps 1.002-1.011x; the
-# bf16 steps 1.007-1.009x for Qwen-2.5-7B but 0.959-0.982x for the 4096-wide cards, so bf16 keeps it.
-_H200_NORM = {"fp8": "apart", "int4": "apart"}
+# bf16 steps 1.007-1.009x for Qwen-2.5-7B but 0.959-0.982x for the 4096-wide cards with the bf16 shapes
+# tuned under the per-program norm; with bf16 shapes tuned under this norm (above) every format takes it.
+_H200_NORM = {"dense": "apart", "fp8": "apart", "int4": "apart"}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -225,7 +236,7 @@ LAUNCH_SHAPES = {
 _CPU = {"qkv": (64, 2048, 4), "o": (256, 2048, 4), "gate_up": (256, 2048, 4), "down": (256, 2048, 4), "lm_head": (256, 2048, 4)}
 LAUNCH_SHAPES["cpu"] = LaunchShapes(gemv={fmt: _gemv_table(_CPU) for fmt in FORMATS}, attention=AttentionConfig(),
                                     source="LAUNCH_SHAPES['cpu']: Triton's interpreter (tests)")
-GEMV_CONFIGS = LAUNCH_SHAPES["h200"].gemv["dense"]  # the bf16 roles' shapes, as earlier sessions recorded them
+GEMV_CONFIGS = _gemv_table(_H200_DENSE_PROGRAM)  # the bf16 roles' shapes, as earlier sessions recorded them
 
 
 def launch_shapes_for(gpu_key: str | None) -> LaunchShapes:
