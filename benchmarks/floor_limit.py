@@ -443,7 +443,7 @@ def run_l2(run, cards, models, quants, device, dtype):
     def one(fmt, role):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
         shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
-        norm = NORM_INPUT_OF[table.norm_for(fmt)] if role in ("qkv", "gate_up", "lm_head") else "program"  # as the step runs it
+        norm = NORM_INPUT_OF[table.norm_for(fmt)]  # as the step runs it (RoleBench gives o and down no norm)
         stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
                      if t is not None)
         row = {"model": key, "format": fmt, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
@@ -933,6 +933,19 @@ def smoke_cards(cards) -> dict:
     return {k: dataclasses.replace(cards[k], architecture={**cards[k].architecture, **wide}) for k in ("tiny-llama", "tiny-qwen")}
 
 
+def us_by_role_table(rows, width: int, prefix: str, note: str) -> None:
+    """A summary table of per-role rows ({model, format, role, us: {variant: us}}): a column per
+    variant any row has, headed `prefix` + its name, `--` where a row lacks it."""
+    rows = [g for g in rows if g.get("us")]
+    if not rows:
+        return
+    names = list(dict.fromkeys(n for g in rows for n in g["us"]))
+    print(f"\n{'model':16s} {'format':6s} {'role':8s} " + " ".join(f"{prefix + n:>{width}s}" for n in names) + note)
+    for g in rows:
+        print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
+            f"{g['us'][n]:{width}.2f}" if n in g["us"] else f"{'--':>{width}s}" for n in names))
+
+
 def summary(run) -> None:
     r = run.results
     print("\n== summary", flush=True)
@@ -983,27 +996,14 @@ def summary(run) -> None:
         for g in layout:
             print(f"{g['model']:16s} {g['role']:8s} " + " ".join(
                 f"{g['bytes'] / g['us'][n] / 1e3:14.0f}" if n in g["us"] else f"{'--':>14s}" for n in names))
-    prologue = [g for g in r.get("prologue", []) if g.get("us")]
-    if prologue:
-        names = list(dict.fromkeys(n for g in prologue for n in g["us"]))
-        print(f"\n{'model':16s} {'format':6s} {'role':8s} " + " ".join(f"{n:>10s}" for n in names)
-              + "  (us; norm statistic per program, given as a sum, x given normalised)")
-        for g in prologue:
-            print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
-                f"{g['us'][n]:10.2f}" if n in g["us"] else f"{'--':>10s}" for n in names))
+    us_by_role_table(r.get("prologue", []), 10, "", "  (us; norm statistic per program, given as a sum, x given normalised)")
     l2 = [g for g in r.get("l2", []) if "l2_us" in g]
     if l2:
         print(f"\n{'model':16s} {'format':6s} {'role':8s} {'MiB':>6s} {'HBM us':>8s} {'L2 us':>8s} {'x':>5s} {'read HBM':>9s} {'read L2':>8s} {'x':>5s}")
         for g in l2:
             print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} {g['stored_bytes'] / 2**20:6.1f} {g['hbm_us']:8.2f} {g['l2_us']:8.2f} "
                   f"{g['l2_speedup']:5.2f} {g['read_hbm_us']:9.2f} {g['read_l2_us']:8.2f} {g['read_l2_speedup']:5.2f}")
-    stages = [g for g in r.get("stages", []) if g.get("us")]
-    if stages:
-        names = list(dict.fromkeys(n for g in stages for n in g["us"]))
-        print(f"\n{'model':16s} {'format':6s} {'role':8s} " + " ".join(f"{'st ' + n:>9s}" for n in names) + "  (us, pipelining depth)")
-        for g in stages:
-            print(f"{g['model']:16s} {g['format']:6s} {g['role']:8s} " + " ".join(
-                f"{g['us'][n]:9.2f}" if n in g["us"] else f"{'--':>9s}" for n in names))
+    us_by_role_table(r.get("stages", []), 9, "st ", "  (us, pipelining depth)")
     levers = [lv for lv in r.get("levers", []) if "device_ms" in lv]
     if levers:
         print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'lever':30s} {'dev ms':>8s} {'x table':>8s}")

@@ -289,8 +289,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                     first = {c: t[lead[width[ci]]] for c, t in per_role.get(role, {}).items() if lead[width[ci]] in t}
                     cands = sorted(first, key=first.get)[:top]
                 bench = RoleBench(role, fmt, arch, device, dtype)
-                given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")] if role in (
-                    "qkv", "gate_up", "lm_head") else "program"
+                given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")]  # o, down: unused
                 for shape in cands:
                     try:
                         if not bench.error(shape, norm=given) < 5e-2:
