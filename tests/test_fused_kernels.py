@@ -268,6 +268,26 @@ def test_launch_shapes_by_gpu_type_and_from_a_tuned_dict():
         fk.AttentionConfig(combine="fused")
 
 
+def test_pdl_prefetch_spans_whole_lines_of_the_first_loop_steps_and_reads_back():
+    """The lever pdl_prefetch: with PDL, each program prefetches its rows' first loop steps into L2
+    before the wait (the cubin shows it: tests/test_fused_kernels_compile.py). The span is whole
+    128-byte lines, a power of 2, at most a row; nothing without PDL; the record keeps the lever."""
+    bf16 = torch.empty(8, 3584, dtype=torch.bfloat16)
+    assert fk.prefetch_span(bf16, 4, 512, True) == {"PF": 2048, "PF_LINE": 64, "ROWW": 3584}
+    assert fk.prefetch_span(bf16, 16, 512, True)["PF"] == 4096  # a row's 3584, as a power of 2 (the kernel clamps)
+    assert fk.prefetch_span(bf16, 4, 512, False)["PF"] == 0 and fk.prefetch_span(bf16, 0, 512, True)["PF"] == 0
+    words = torch.empty(8, 3584 // 8, dtype=torch.int32)  # int4: 32 words a line, block_k / 8 words a step
+    assert fk.prefetch_span(words, 1, 1024 // 8, True) == {"PF": 128, "PF_LINE": 32, "ROWW": 448}
+    assert fk.prefetch_span(torch.empty(8, 3584, dtype=torch.float8_e4m3fn), 1, 16, True)["PF"] == 128  # at least a line
+    h200 = fk.launch_shapes_for("h200")
+    on = fk.resolve({"pdl": True, "pdl_prefetch": 4}, "cpu", "h200")
+    assert on.pdl and on.pdl_prefetch == 4 and on.as_dict()["pdl_prefetch"] == 4 and fk.resolve(on.as_dict(), "cpu", "h200") == on
+    assert "pdl_prefetch" not in h200.as_dict()  # absent when off: records made before the lever read the same
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="pdl_prefetch must be a whole number"):
+            fk.resolve({"pdl_prefetch": bad}, "cpu", "h200")
+
+
 def test_a_card_width_gets_its_own_gemv_shapes_and_what_is_given_wins():
     """On the H200 the 4096-wide cards read best with their own shapes (1.066x Llama-3.1-8B's step):
     the table keeps them by width; a shape given for every width (--gemv-configs, a tuned record

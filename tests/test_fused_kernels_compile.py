@@ -64,6 +64,15 @@ def _check(proc, rows):
     o = by[("qwen2.5-7b dense o", "_linear_kernel")]
     assert any(op.startswith("LDG.E.EF.128") for op in o["loads"]), o  # the weights stream in 128-bit loads, evict-first
     assert by[("qwen2.5-7b dense o pdl", "_linear_kernel")]["options"].get("launch_pdl") is True
+    # PDL waits once; with pdl_prefetch every GEMV and the attention split prefetch their first loop
+    # steps into L2 before that wait (the interpreter runs no PTX: only the cubin shows it)
+    assert by[("qwen2.5-7b dense o pdl", "_linear_kernel")]["pdl"] == {"waits": 1, "prefetches": 0, "prefetches_before_wait": 0}
+    for case, kernel in (("qwen2.5-7b dense o pdl prefetch", "_linear_kernel"), ("qwen2.5-7b dense qkv pdl prefetch", "_qkv_rope_kernel"),
+                         ("qwen2.5-7b dense gate_up pdl prefetch", "_gate_up_kernel"),
+                         ("qwen2.5-7b attention ctx 16384 table pdl prefetch", "_attention_split_kernel")):
+        pdl = by[(case, kernel)]["pdl"]
+        assert pdl["waits"] == 1 and pdl["prefetches"] == pdl["prefetches_before_wait"] > 0, (case, pdl)
+    assert by[("qwen2.5-7b dense o", "_linear_kernel")]["pdl"]["prefetches"] == 0  # without PDL nothing is prefetched
     masked = by[("qwen2.5-7b attention ctx 16384 masked", "_attention_split_kernel")]["loads"]
     skipping = by[("qwen2.5-7b attention ctx 16384 skipping", "_attention_split_kernel")]["loads"]
     assert by[("qwen2.5-7b attention ctx 16384 masked in-split", "_attention_split_kernel")]  # the lever compiles for sm_90

@@ -211,6 +211,8 @@ class FusedModel:
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
             out["pdl"] = self.shapes.pdl
+            if self.shapes.pdl and self.shapes.pdl_prefetch:
+                out["pdl_prefetch"] = self.shapes.pdl_prefetch
             if self.kernel_format:  # a packed path's own GEMVs take x normalised by add_norm, whatever the lever
                 out["norm"] = self.shapes.norm_for(self.kernel_format)
             out["launch_shapes"] = self.shapes.source
@@ -296,7 +298,8 @@ class FusedModel:
         from decodegap.measure import fused_kernels as fk
 
         fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn, plan=self.attention_plan,
-                     scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl)
+                     scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
+                     prefetch_steps=self.shapes.pdl_prefetch)
 
     @staticmethod
     def _operand(linear):
@@ -315,7 +318,9 @@ class FusedModel:
 
         from decodegap.measure import fused_kernels as fk
 
-        x, g, pdl, op, eps, mode = self._x, self.gemv, self.shapes.pdl, self._operand, self.eps, self.shapes.norm_for(self.kernel_format)
+        x, g, op, eps, mode = self._x, self.gemv, self._operand, self.eps, self.shapes.norm_for(self.kernel_format)
+        pdl = self.shapes.pdl
+        pf = {"pdl": pdl, "prefetch_steps": self.shapes.pdl_prefetch}  # the GEMVs': their weights' first loop steps
         sums = self._sums
         out = [("other", call(self._embed, token))]
         if mode == "sum":
@@ -338,16 +343,16 @@ class FusedModel:
             src, norm = normed(2 * i, layer.in_norm)
             out.append(("gemv", call(fk.qkv_rope, src, op(layer.qkv), heads=self.heads, position=position, cos=self.cos,
                                      sin=self.sin, q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], eps=eps,
-                                     shape=g["qkv"], bias=layer.qkv.bias, pdl=pdl, **norm)))
+                                     shape=g["qkv"], bias=layer.qkv.bias, **pf, **norm)))
             out.append(("attention", call(self._attend, i, position)))
             out.append(("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x,
-                                     pdl=pdl, **summed(2 * i + 1))))
+                                     **pf, **summed(2 * i + 1))))
             src, norm = normed(2 * i + 1, layer.post_norm)
-            out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h, eps=eps, shape=g["gate_up"], pdl=pdl, **norm)))
+            out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h, eps=eps, shape=g["gate_up"], **pf, **norm)))
             out.append(("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
-                                     pdl=pdl, **summed(2 * i + 2))))
+                                     **pf, **summed(2 * i + 2))))
         src, norm = normed(2 * len(self.layers), self.final_norm)
-        out.append(("gemv", call(fk.linear, src, self.lm_head, self._logits, shape=g["lm_head"], eps=eps, pdl=pdl, **norm)))
+        out.append(("gemv", call(fk.linear, src, self.lm_head, self._logits, shape=g["lm_head"], eps=eps, **pf, **norm)))
         return out
 
     def _packed_launches(self, token, position) -> list:

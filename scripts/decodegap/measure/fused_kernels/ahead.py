@@ -40,6 +40,7 @@ TYPES = {"bfloat16": "*bf16", "float32": "*fp32", "float16": "*fp16", "float8_e4
 # the H200's instruction issue: multiprocessors, warp schedulers each (one warp instruction a clock),
 # threads a warp, and the SM clock's maximum (nvidia-smi's clocks.max.sm on the lent H200s: 1980 MHz)
 ISSUE = {"sms": 132, "schedulers": 4, "lanes": 32, "clock_hz": 1.98e9}
+PDL_PREFETCH = 4  # loop steps the "pdl prefetch" cases prefetch (LaunchShapes.pdl_prefetch)
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "float8_e4m3fn": 1.0 + 4 / 4096, "int32": 0.5 + 2 * 2 / 128}  # as stored, scales included
 CARDS = {  # the head layouts and widths of the configured cards (config/models.yaml), a small vocabulary
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, head_dim=128,
@@ -95,7 +96,18 @@ def _inspect(cubin: bytes) -> dict:
     ops = collections.Counter(m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass, re.M))
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)), "spill_bytes": int(re.search(r"LOCAL:(\d+)", usage).group(1)),
             "instructions": sum(ops.values()), "barriers": sum(c for o, c in ops.items() if o.startswith("BAR.SYNC")),
-            "loads": {o: c for o, c in sorted(ops.items()) if o.startswith(("LDG", "LDGSTS"))}, "loop": _loop(sass)}
+            "loads": {o: c for o, c in sorted(ops.items()) if o.startswith(("LDG", "LDGSTS"))}, "loop": _loop(sass),
+            "pdl": _pdl_order(sass)}
+
+
+def _pdl_order(sass: str) -> dict:
+    """Where PDL's wait (griddepcontrol.wait: ACQBULK) falls in the SASS, and the L2 prefetches
+    (prefetch.global.L2: CCTL) a thread issues before it: what the lever pdl_prefetch is for, the
+    weight streaming while the kernel before drains."""
+    ops = [m.group(1) for m in re.finditer(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass, re.M)]
+    wait = ops.index("ACQBULK") if "ACQBULK" in ops else None
+    return {"waits": ops.count("ACQBULK"), "prefetches": ops.count("CCTL"),
+            "prefetches_before_wait": ops[:wait].count("CCTL") if wait is not None else 0}
 
 
 def _loop(sass: str) -> dict:
@@ -197,10 +209,15 @@ def cases(quick: bool) -> dict:
                         if given != own_norm and (not quick or norm in ("program", "apart")):
                             variants[f"norm {norm} "] = (shape, given)
                 for tag, (sh, norm) in variants.items():
-                    for pdl in (False, True) if (not quick or fmt == "dense") and not tag.startswith("norm") else (False,):
-                        out[f"{key} {fmt} {role} {tag}{'pdl' if pdl else ''}".strip()] = (
-                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm:
-                            RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(sh, 0, pdl=pdl, norm=norm))
+                    # PDL alone, and with the weight's first PDL_PREFETCH loop steps prefetched before the wait
+                    levers = {"": (False, 0), "pdl": (True, 0), "pdl prefetch": (True, PDL_PREFETCH)}
+                    if (quick and fmt != "dense") or tag.startswith("norm"):
+                        levers = {"": (False, 0)}
+                    for lever, (pdl, pf) in levers.items():
+                        out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (
+                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf:
+                            RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(
+                                sh, 0, pdl=pdl, norm=norm, prefetch=pf))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
         attention = {"table": table.attention, "masked": dataclasses.replace(table.attention, skip_empty=False),
                      "skipping": dataclasses.replace(table.attention, skip_empty=True),
@@ -208,10 +225,11 @@ def cases(quick: bool) -> dict:
                      "default": fk.LAUNCH_SHAPES["default"].attention, "bt128 w8": fk.AttentionConfig(128, 4, 8, 2, False)}
         for ctx in (2048, 16384):
             for name, cfg in list(attention.items())[:4 if quick else None]:
-                for pdl in (False, True) if name == "table" else (False,):
-                    out[f"{key} attention ctx {ctx} {name}{' pdl' if pdl else ''}"] = (
-                        lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl:
-                        (lambda b: b.launch(b.plan(cfg), 0, pdl=pdl))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
+                levers = {"": (False, 0), " pdl": (True, 0), " pdl prefetch": (True, PDL_PREFETCH)} if name == "table" else {"": (False, 0)}
+                for lever, (pdl, pf) in levers.items():
+                    out[f"{key} attention ctx {ctx} {name}{lever}"] = (
+                        lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl, pf=pf:
+                        (lambda b: b.launch(b.plan(cfg), 0, pdl=pdl, prefetch=pf))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
 
         def epilogues(arch=arch, heads=heads):
             h, i = arch["hidden_size"], arch["intermediate_size"]

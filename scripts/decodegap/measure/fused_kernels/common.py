@@ -33,6 +33,10 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
   SKIP_EMPTY, COMBINE, PDL
              levers (launch.py): branch past empty attention blocks, combine splits in the split
              kernel, programmatic dependent launch
+  PF, PF_LINE, ROWW
+             with PDL, each row's first PF stored elements (a power of 2; 0: none) prefetched into L2
+             before the wait, one prefetch a PF_LINE elements (a 128-byte line); ROWW: a row's
+             stored elements (K, or K / 8 int4 words)
 
 Numerics: every product is float32 (Triton 3.6's interpreter, which the CPU tests run, computes
 bf16 `*` and bf16 `tl.dot` wrongly); where transformers rounds to the activations' dtype, the kernels
@@ -93,6 +97,18 @@ def launch_options(warps: int, pdl: bool, stages: int | None = None) -> dict:
     return out
 
 
+def prefetch_span(weight, steps: int, block: int, pdl: bool) -> dict:
+    """The kernels' PF, PF_LINE and ROWW for a row-major `weight` (rows x ROWW stored elements) whose
+    program reads `block` stored elements of a row a loop step: with PDL, its first `steps` loop
+    steps, rounded up to a power of 2 of whole 128-byte lines and at most the row's; PF 0 without
+    PDL or with steps 0 (then nothing is prefetched)."""
+    roww = weight.shape[-1]
+    line = max(1, 128 // weight.element_size())
+    if not pdl or steps <= 0:
+        return {"PF": 0, "PF_LINE": line, "ROWW": roww}
+    return {"PF": max(line, min(p2(steps * block), p2(roww))), "PF_LINE": line, "ROWW": roww}
+
+
 def p2(n: int) -> int:
     return triton.next_power_of_2(int(n))
 
@@ -132,6 +148,26 @@ def pdl_start(PDL: tl.constexpr):
     if PDL:
         gdc_wait()
         gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Each pointer's 128-byte line fetched into L2 (PTX prefetch.global.L2: nothing written to a
+    register, nothing waited for). Not under the interpreter, which runs no PTX: only behind PDL."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_rows(w_ptr, rows, rmask, ROWW: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr):
+    """The first PF stored elements of each of `rows` (ROWW a row, row-major) prefetched into L2, one
+    prefetch a line; a masked row prefetches row 0 (an address that exists), and a row shorter than PF
+    its last line again. What a GEMV program does before PDL's wait: its weight does not depend on the
+    kernel before, so its first loop steps stream into L2 while that kernel drains."""
+    if PF > 0:
+        r = tl.where(rmask, rows, 0)
+        c = tl.minimum(tl.arange(0, PF // PF_LINE) * PF_LINE, ROWW - 1)
+        prefetch_l2(w_ptr + r[:, None] * ROWW + c[None, :])
 
 
 @triton.jit

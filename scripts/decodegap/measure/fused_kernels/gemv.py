@@ -53,7 +53,7 @@ import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
     DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, NORM_OFF, NORM_PROGRAM, NORM_SUM, check_index_range,
-    input_chunk, launch_options, p2, pdl_start, require, rstd_for)
+    input_chunk, launch_options, p2, pdl_start, prefetch_rows, prefetch_span, require, rstd_for)
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -237,25 +237,27 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
                      vc_ptr, eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
                      D: tl.constexpr, L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                      XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
-                     PDL: tl.constexpr):
+                     PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
     rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
     heads turned by RoPE at the step's position; q stored to q_ptr, k and v to the cache at the
     position (a (HKV, L, D) tensor each). Nothing else of the cache is written."""
-    pdl_start(PDL)
     HALF: tl.constexpr = D // 2
     PER_HEAD: tl.constexpr = HALF // BP
     pid = tl.program_id(0)
     head = pid // PER_HEAD  # of the joined rows: q heads, then k heads, then v heads
     j = (pid % PER_HEAD) * BP + tl.arange(0, BP)
     rows = head * D + j
+    pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
+    both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
+    if PDL:
+        prefetch_rows(w_ptr, both, pair < 2 * BP, ROWW, PF, PF_LINE)
+    pdl_start(PDL)
     if FROM_Y:  # a packed path's output (its bias included)
         y1 = tl.load(y_ptr + rows).to(tl.float32)
         y2 = tl.load(y_ptr + rows + HALF).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
-        both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
         y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
@@ -289,14 +291,16 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
 def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic,
                    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                    XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
-                   SUM_OUT: tl.constexpr, PDL: tl.constexpr):
+                   SUM_OUT: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (block of BN rows): out = W (norm(x) unless NORM_OFF, else x) (+ b) (+ res when
     RESIDUAL: the product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may
     be `res`: a program reads and writes only its own rows. SUM_OUT: the squares of the rows it
     stored (as stored) added into sum_ptr's float32, for the next GEMV's norm (NORM_SUM)."""
-    pdl_start(PDL)
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < N
+    if PDL:
+        prefetch_rows(w_ptr, rows, rmask, ROWW, PF, PF_LINE)
+    pdl_start(PDL)
     rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
     y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
     if HAS_BIAS:
@@ -313,21 +317,24 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
 @triton.jit
 def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                    XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr):
+                    XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
+                    PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype; out = SiLU(gate) * up, SiLU's output
     rounded as transformers' act_fn rounds it."""
-    pdl_start(PDL)
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < I
+    pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
+    own = tl.program_id(0) * BN + pair % BN
+    both = own + (pair // BN) * I
+    if PDL:
+        prefetch_rows(w_ptr, both, own < I, ROWW, PF, PF_LINE)
+    pdl_start(PDL)
     if FROM_Y:
         gate = tl.load(y_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
         up = tl.load(y_ptr + rows + I, mask=rmask, other=0.0).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
-        own = tl.program_id(0) * BN + pair % BN
-        both = own + (pair // BN) * I
         gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT), BN)
     dt = out_ptr.dtype.element_ty
     gate = gate.to(dt).to(tl.float32)
@@ -379,11 +386,13 @@ def _norm_args(where: str, x, norm_weight, norm_sum):
 
 
 def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, eps: float = 0.0, residual=None,
-           norm_sum=None, sum_out=None, pdl: bool = False) -> None:
+           norm_sum=None, sum_out=None, pdl: bool = False, prefetch_steps: int = 0) -> None:
     """out = (residual +) W (RMSNorm(x) * norm_weight if norm_weight is given, else x) (+ bias), one launch.
     `weight`: a WeightOperand or a dense (n, k) tensor; x (k,), out, bias and residual (n,); out may
     be residual (the residual add in place). norm_sum: x's sum of squares (_norm_args); sum_out: a
-    float32 tensor of one element that out's sum of squares is added into (zero it first)."""
+    float32 tensor of one element that out's sum of squares is added into (zero it first). With pdl,
+    each program prefetches its rows' first `prefetch_steps` loop steps of W into L2 before it waits
+    for the kernel before (launch.LaunchShapes.pdl_prefetch)."""
     where, op = "linear", as_operand(weight)
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     op.validate(where, "weight", x.device)
@@ -399,20 +408,22 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     check_index_range(where, n, k)
     bn = min(shape.rows, p2(n))
     w, s, z = _operand_args(op, x)
+    bk = op.block_k(where, shape)
     _linear_kernel[(triton.cdiv(n, bn),)](
         x, g, ss, w, s, z, bias if bias is not None else x, residual if residual is not None else x, out,
-        sum_out if sum_out is not None else x, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=op.block_k(where, shape),
+        sum_out if sum_out is not None else x, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=bk,
         FMT=op.code, XT=shape.x_tile, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
-        SUM_OUT=sum_out is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
+        SUM_OUT=sum_out is not None, PDL=pdl, **_prefetch(op, prefetch_steps, bk, pdl),
+        **launch_options(shape.warps, pdl, shape.stages))
 
 
 def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache, v_cache, norm_weight, eps: float,
-             shape: GemvConfig, bias=None, y=None, norm_sum=None, pdl: bool = False) -> None:
+             shape: GemvConfig, bias=None, y=None, norm_sum=None, pdl: bool = False, prefetch_steps: int = 0) -> None:
     """q_out (heads * head_dim,) and the cache rows at `position` from x: RMSNorm, the joined q/k/v
     GEMV, bias, RoPE, append. cos and sin: (positions, head_dim / 2) tables; k_cache and v_cache:
     (kv heads, cache length, head_dim). norm_weight None: x is already normalised; norm_sum: x's sum
     of squares (_norm_args). With `y` (a packed path's q/k/v output, its bias included) the GEMV is
-    skipped and `weight` must be None."""
+    skipped and `weight` must be None. prefetch_steps: as linear's."""
     where = "qkv_rope"
     d, half = heads.head_dim, heads.head_dim // 2
     bp = min(shape.rows, half)
@@ -450,13 +461,17 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
         x, g, ss, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
+        NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl,
+        **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
+        **launch_options(shape.warps, pdl, shape.stages))
 
 
-def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False) -> None:
+def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False,
+            prefetch_steps: int = 0) -> None:
     """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
     then up) on RMSNorm(x) * norm_weight (x as given when norm_weight is None; norm_sum: x's sum of
-    squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None."""
+    squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps:
+    as linear's."""
     where = "gate_up"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
@@ -479,7 +494,18 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     _gate_up_kernel[(triton.cdiv(inter, bn),)](
         x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        NORM=norm, FROM_Y=y is not None, PDL=pdl, **launch_options(shape.warps, pdl, shape.stages))
+        NORM=norm, FROM_Y=y is not None, PDL=pdl,
+        **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
+        **launch_options(shape.warps, pdl, shape.stages))
+
+
+def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> dict:
+    """The kernels' prefetch constexprs (common.prefetch_span) for W's first `steps` loop steps of
+    `block_k` columns (block_k / 8 words for int4); none without a weight (a packed path's y)."""
+    if op is None:
+        return {"PF": 0, "PF_LINE": 1, "ROWW": 1}
+    per_step = block_k // INT4_PER_WORD if op.format == "int4" else block_k
+    return prefetch_span(op.weight, steps, per_step, pdl)
 
 
 def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:

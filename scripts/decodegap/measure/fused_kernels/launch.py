@@ -23,6 +23,10 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
 
   pdl                  programmatic dependent launch (Hopper and newer): each kernel may start while
                        the one before drains, and waits for its results in `griddepcontrol.wait`
+  pdl_prefetch         with pdl, loop steps of W (of K and V for attention) each program prefetches
+                       into L2 before that wait: what it reads first does not depend on the kernel
+                       before, so it streams while that kernel drains (0: none; pdl alone only hides
+                       the launch)
   attention.skip_empty attention skips whole blocks past the step's position with a branch (the
                        measured H200 default) instead of masking them, which lets Triton pipeline
                        the K/V loads across loop steps
@@ -120,8 +124,8 @@ class LaunchShapes:
     """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
     `gemv_by_hidden[hidden size][format][role]` (a card width's own shapes where they differ: the
     same role reads 3584- and 4096-wide cards best with different shapes on the H200), `attention`,
-    the levers `pdl` and `norm` ({format: how its GEMVs get the norm}, "program" where absent;
-    module docstring), and where they came from (`source`)."""
+    the levers `pdl`, `pdl_prefetch` and `norm` ({format: how its GEMVs get the norm}, "program"
+    where absent; module docstring), and where they came from (`source`)."""
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
@@ -129,9 +133,12 @@ class LaunchShapes:
     source: str = ""
     gemv_by_hidden: dict = field(default_factory=dict)
     norm: dict = field(default_factory=dict)
+    pdl_prefetch: int = 0
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
+        if isinstance(self.pdl_prefetch, bool) or not isinstance(self.pdl_prefetch, int) or self.pdl_prefetch < 0:
+            raise ValueError(f"launch shapes: pdl_prefetch must be a whole number of loop steps >= 0, not {self.pdl_prefetch!r}")
 
     def norm_for(self, fmt: str) -> str:
         """How the GEMVs of weights stored as `fmt` get their norm (the lever `norm`)."""
@@ -159,6 +166,8 @@ class LaunchShapes:
                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
         if self.norm:  # absent when every format's is "program": records made before the lever read the same
             out["norm"] = dict(self.norm)
+        if self.pdl_prefetch:  # absent when 0: records made before the lever read the same
+            out["pdl_prefetch"] = self.pdl_prefetch
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -292,7 +301,7 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
       a LaunchShapes             as it is
       {role: shape}              the dense roles' shapes changed (the form of benchmarks'
                                  --gemv-configs files), shape a GemvConfig or its dict
-      {"gemv": {format: {role: shape}}, "attention": {...}, "pdl": ...}
+      {"gemv": {format: {role: shape}}, "attention": {...}, "pdl": ..., "pdl_prefetch": ...}
                                  the form tune_launch_shapes returns (and LaunchShapes.as_dict),
                                  each part over the table's entry
 
@@ -304,12 +313,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -336,7 +345,8 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     norm.update({fmt: given for fmt in FORMATS} if isinstance(given, str) else given)  # a string: every format's
     _check_norm(norm, "gemv_configs")
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
-                        source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm)
+                        source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
+                        pdl_prefetch=spec.get("pdl_prefetch", base.pdl_prefetch))
 
 
 def _without(by_hidden: dict, given: dict) -> dict:

@@ -153,19 +153,20 @@ class RoleBench:
             return self.xn, {"norm_weight": None}
         return self.x, {"norm_weight": self.g, "norm_sum": self.x_sum if norm == "sum" else None}
 
-    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program") -> None:
+    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0) -> None:
         op = self.ops[i]
+        pdl = {"pdl": pdl, "prefetch_steps": prefetch}
         if self.role in ("qkv", "gate_up", "lm_head"):
             x, kw = self._normed_input(norm)
         if self.role == "qkv":
             gemv.qkv_rope(x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
-                          k_cache=self.kc, v_cache=self.vc, eps=self.eps, shape=shape, bias=self.bias, pdl=pdl, **kw)
+                          k_cache=self.kc, v_cache=self.vc, eps=self.eps, shape=shape, bias=self.bias, **pdl, **kw)
         elif self.role == "gate_up":
-            gemv.gate_up(x, op, self.out, eps=self.eps, shape=shape, pdl=pdl, **kw)
+            gemv.gate_up(x, op, self.out, eps=self.eps, shape=shape, **pdl, **kw)
         elif self.role == "lm_head":
-            gemv.linear(x, op, self.out, shape=shape, eps=self.eps, pdl=pdl, **kw)
+            gemv.linear(x, op, self.out, shape=shape, eps=self.eps, **pdl, **kw)
         else:
-            gemv.linear(self.x, op, self.out, shape=shape, residual=self.res, pdl=pdl)
+            gemv.linear(self.x, op, self.out, shape=shape, residual=self.res, **pdl)
 
     def error(self, shape: GemvConfig, norm: str = "program") -> float:
         """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv)."""
@@ -215,12 +216,12 @@ class AttentionBench:
     def plan(self, config: AttentionConfig) -> attn.AttentionPlan:
         return attn.AttentionPlan.for_cache(self.cache_len, self.heads.n_kv, config, sm_count_of(self.device))
 
-    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False) -> None:
+    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0) -> None:
         key = (plan.split, plan.n_splits)
         if key not in self._scratch:
             self._scratch[key] = attn.attention_scratch(plan, self.heads, self.device)
         attn.attention(self.q, *self.caches[i], self.pos, self.out, plan=plan, scratch=self._scratch[key], heads=self.heads,
-                       scale=self.scale, pdl=pdl)
+                       scale=self.scale, pdl=pdl, prefetch_steps=prefetch)
 
     def error(self, plan: attn.AttentionPlan) -> float:
         self.out.fill_(float("nan"))
