@@ -29,8 +29,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
   attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
              with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   levers     the step with each lever on and off side by side (programmatic dependent launch, alone
-             and with each program's first 1, 2, 4 or 8 loop steps of its weight, or of its K and V,
-             prefetched into L2 before PDL's wait; the attention's masked blocks, in-split combine and the default table's shape; the norm's
+             and with the first 2 or 8 programs a multiprocessor prefetching their first 1 or 4 loop
+             steps of the weight, or of K and V, into L2 before PDL's wait; the attention's masked blocks, in-split combine and the default table's shape; the norm's
              statistic summed by the GEMV before, or x normalised by a launch of its own)
   gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
@@ -77,7 +77,8 @@ from pathlib import Path
 
 from decodegap.core.config import load_gpu, load_models
 
-PDL_PREFETCH_STEPS = (1, 2, 4, 8)  # the levers part's pdl_prefetch variants (loop steps of W before PDL's wait)
+# the levers part's pdl_prefetch variants: (loop steps of W prefetched before PDL's wait, by how many programs a multiprocessor)
+PDL_PREFETCH = ((1, 2), (1, 8), (4, 2), (4, 8))
 PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
@@ -780,8 +781,8 @@ def lever_variants(table, device) -> dict:
     out = {"table": {}}
     if fk.pdl_available(device) is None:
         out["pdl on"] = {"pdl": True}
-        for steps in PDL_PREFETCH_STEPS:  # and each program's first loop steps prefetched into L2 before the wait
-            out[f"pdl prefetch {steps}"] = {"pdl": True, "pdl_prefetch": steps}
+        for steps, per_sm in PDL_PREFETCH:  # and the first programs' first loop steps prefetched into L2 before the wait
+            out[f"pdl prefetch {steps}x{per_sm}/SM"] = {"pdl": True, "pdl_prefetch": steps, "pdl_prefetch_per_sm": per_sm}
     att = table.attention
     out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
     if att.combine == "separate":

@@ -24,7 +24,7 @@ imports triton: transformers does, so tests/conftest.py sets it first).
 """
 
 from decodegap.measure.fused_kernels.split_attention import AttentionPlan, attention, attention_scratch  # noqa: F401
-from decodegap.measure.fused_kernels.common import pdl_available, prefetch_span, usable_here  # noqa: F401
+from decodegap.measure.fused_kernels.common import pdl_available, prefetch_programs, prefetch_span, usable_here  # noqa: F401
 from decodegap.measure.fused_kernels.gemv import HeadLayout, WeightOperand, add_norm, gate_up, linear, qkv_rope  # noqa: F401
 from decodegap.measure.fused_kernels.launch import (  # noqa: F401
     FORMATS, GEMV_CONFIGS, LAUNCH_SHAPES, NORMS, ROLES, AttentionConfig, GemvConfig, LaunchShapes, gpu_key_of, launch_shapes_for,

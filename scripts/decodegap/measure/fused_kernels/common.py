@@ -35,8 +35,9 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
              kernel, programmatic dependent launch
   PF, PF_LINE, ROWW
              with PDL, each row's first PF stored elements (a power of 2; 0: none) prefetched into L2
-             before the wait, one prefetch a PF_LINE elements (a 128-byte line); ROWW: a row's
-             stored elements (K, or K / 8 int4 words)
+             before the wait, one prefetch a PF_LINE elements (a 128-byte line), by the programs
+             below the run-time argument pf_programs; ROWW: a row's stored elements (K, or K / 8
+             int4 words)
 
 Numerics: every product is float32 (Triton 3.6's interpreter, which the CPU tests run, computes
 bf16 `*` and bf16 `tl.dot` wrongly); where transformers rounds to the activations' dtype, the kernels
@@ -95,6 +96,11 @@ def launch_options(warps: int, pdl: bool, stages: int | None = None) -> dict:
     if pdl:
         out["launch_pdl"] = True
     return out
+
+
+def prefetch_programs(programs: int, prefetching: int | None) -> int:
+    """The kernels' pf_programs: the first `prefetching` of a launch's `programs` (all when None)."""
+    return programs if prefetching is None else min(programs, prefetching)
 
 
 def prefetch_span(weight, steps: int, block: int, pdl: bool) -> dict:
@@ -159,15 +165,19 @@ def prefetch_l2(ptrs):
 
 
 @triton.jit
-def prefetch_rows(w_ptr, rows, rmask, ROWW: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr):
+def prefetch_rows(w_ptr, rows, rmask, pid, pf_programs, ROWW: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr):
     """The first PF stored elements of each of `rows` (ROWW a row, row-major) prefetched into L2, one
-    prefetch a line; a masked row prefetches row 0 (an address that exists), and a row shorter than PF
-    its last line again. What a GEMV program does before PDL's wait: its weight does not depend on the
-    kernel before, so its first loop steps stream into L2 while that kernel drains."""
+    prefetch a line, by the kernel's first `pf_programs` programs (pid below it); a masked row
+    prefetches row 0 (an address that exists), and a row shorter than PF its last line again. What a
+    GEMV program does before PDL's wait: its weight does not depend on the kernel before, so its first
+    loop steps stream into L2 while that kernel drains. Only the first programs: those that start
+    while the kernel before still runs; a later one would pay the prefetch's round trip before its
+    own loads for nothing (measured: every program prefetching ran the steps 0.86-0.99x)."""
     if PF > 0:
-        r = tl.where(rmask, rows, 0)
-        c = tl.minimum(tl.arange(0, PF // PF_LINE) * PF_LINE, ROWW - 1)
-        prefetch_l2(w_ptr + r[:, None] * ROWW + c[None, :])
+        if pid < pf_programs:
+            r = tl.where(rmask, rows, 0)
+            c = tl.minimum(tl.arange(0, PF // PF_LINE) * PF_LINE, ROWW - 1)
+            prefetch_l2(w_ptr + r[:, None] * ROWW + c[None, :])
 
 
 @triton.jit

@@ -53,7 +53,7 @@ import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
     DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, NORM_OFF, NORM_PROGRAM, NORM_SUM, check_index_range,
-    input_chunk, launch_options, p2, pdl_start, prefetch_rows, prefetch_span, require, rstd_for)
+    input_chunk, launch_options, p2, pdl_start, prefetch_programs, prefetch_rows, prefetch_span, require, rstd_for)
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -234,7 +234,7 @@ def _halves(y, B: tl.constexpr):
 
 @triton.jit
 def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr,
-                     vc_ptr, eps, magic, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
+                     vc_ptr, eps, magic, pf_programs, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
                      D: tl.constexpr, L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                      XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
                      PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
@@ -251,7 +251,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
     pair = tl.arange(0, 2 * BP)  # the block's rows i, then its rows i + D/2: one tile, one pass over x
     both = head * D + (pid % PER_HEAD) * BP + pair % BP + (pair // BP) * HALF
     if PDL:
-        prefetch_rows(w_ptr, both, pair < 2 * BP, ROWW, PF, PF_LINE)
+        prefetch_rows(w_ptr, both, pair < 2 * BP, pid, pf_programs, ROWW, PF, PF_LINE)
     pdl_start(PDL)
     if FROM_Y:  # a packed path's output (its bias included)
         y1 = tl.load(y_ptr + rows).to(tl.float32)
@@ -288,7 +288,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
 
 
 @triton.jit
-def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic,
+def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic, pf_programs,
                    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                    XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
                    SUM_OUT: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
@@ -299,7 +299,7 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < N
     if PDL:
-        prefetch_rows(w_ptr, rows, rmask, ROWW, PF, PF_LINE)
+        prefetch_rows(w_ptr, rows, rmask, tl.program_id(0), pf_programs, ROWW, PF, PF_LINE)
     pdl_start(PDL)
     rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
     y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
@@ -315,7 +315,7 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, I: tl.constexpr,
+def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, pf_programs, I: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                     XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
                     PF_LINE: tl.constexpr, ROWW: tl.constexpr):
@@ -328,7 +328,7 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
     own = tl.program_id(0) * BN + pair % BN
     both = own + (pair // BN) * I
     if PDL:
-        prefetch_rows(w_ptr, both, own < I, ROWW, PF, PF_LINE)
+        prefetch_rows(w_ptr, both, own < I, tl.program_id(0), pf_programs, ROWW, PF, PF_LINE)
     pdl_start(PDL)
     if FROM_Y:
         gate = tl.load(y_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
@@ -386,13 +386,14 @@ def _norm_args(where: str, x, norm_weight, norm_sum):
 
 
 def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, eps: float = 0.0, residual=None,
-           norm_sum=None, sum_out=None, pdl: bool = False, prefetch_steps: int = 0) -> None:
+           norm_sum=None, sum_out=None, pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None) -> None:
     """out = (residual +) W (RMSNorm(x) * norm_weight if norm_weight is given, else x) (+ bias), one launch.
     `weight`: a WeightOperand or a dense (n, k) tensor; x (k,), out, bias and residual (n,); out may
     be residual (the residual add in place). norm_sum: x's sum of squares (_norm_args); sum_out: a
     float32 tensor of one element that out's sum of squares is added into (zero it first). With pdl,
     each program prefetches its rows' first `prefetch_steps` loop steps of W into L2 before it waits
-    for the kernel before (launch.LaunchShapes.pdl_prefetch)."""
+    for the kernel before; only its first `prefetching` programs when given (those that start while the
+    kernel before runs: launch.LaunchShapes.pdl_prefetch and pdl_prefetch_per_sm)."""
     where, op = "linear", as_operand(weight)
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     op.validate(where, "weight", x.device)
@@ -409,21 +410,23 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     bn = min(shape.rows, p2(n))
     w, s, z = _operand_args(op, x)
     bk = op.block_k(where, shape)
-    _linear_kernel[(triton.cdiv(n, bn),)](
+    grid = triton.cdiv(n, bn)
+    _linear_kernel[(grid,)](
         x, g, ss, w, s, z, bias if bias is not None else x, residual if residual is not None else x, out,
-        sum_out if sum_out is not None else x, eps, INT4_MAGIC, N=n, K=k, KP=p2(k), BN=bn, BK=bk,
+        sum_out if sum_out is not None else x, eps, INT4_MAGIC, prefetch_programs(grid, prefetching), N=n, K=k, KP=p2(k), BN=bn, BK=bk,
         FMT=op.code, XT=shape.x_tile, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
         SUM_OUT=sum_out is not None, PDL=pdl, **_prefetch(op, prefetch_steps, bk, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
 
 
 def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache, v_cache, norm_weight, eps: float,
-             shape: GemvConfig, bias=None, y=None, norm_sum=None, pdl: bool = False, prefetch_steps: int = 0) -> None:
+             shape: GemvConfig, bias=None, y=None, norm_sum=None, pdl: bool = False, prefetch_steps: int = 0,
+             prefetching: int | None = None) -> None:
     """q_out (heads * head_dim,) and the cache rows at `position` from x: RMSNorm, the joined q/k/v
     GEMV, bias, RoPE, append. cos and sin: (positions, head_dim / 2) tables; k_cache and v_cache:
     (kv heads, cache length, head_dim). norm_weight None: x is already normalised; norm_sum: x's sum
     of squares (_norm_args). With `y` (a packed path's q/k/v output, its bias included) the GEMV is
-    skipped and `weight` must be None. prefetch_steps: as linear's."""
+    skipped and `weight` must be None. prefetch_steps, prefetching: as linear's."""
     where = "qkv_rope"
     d, half = heads.head_dim, heads.head_dim // 2
     bp = min(shape.rows, half)
@@ -459,7 +462,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     grid = ((heads.n_heads + 2 * heads.n_kv) * (half // bp),)
     _qkv_rope_kernel[grid](
         x, g, ss, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
-        k_cache, v_cache, eps, INT4_MAGIC, K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
+        k_cache, v_cache, eps, INT4_MAGIC, prefetch_programs(grid[0], prefetching), K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
@@ -467,11 +470,11 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
 
 
 def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False,
-            prefetch_steps: int = 0) -> None:
+            prefetch_steps: int = 0, prefetching: int | None = None) -> None:
     """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
     then up) on RMSNorm(x) * norm_weight (x as given when norm_weight is None; norm_sum: x's sum of
-    squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps:
-    as linear's."""
+    squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps,
+    prefetching: as linear's."""
     where = "gate_up"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
@@ -491,8 +494,9 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
         check_index_range(where, op.n, k)
     bn = min(shape.rows, p2(inter))
     w, s, z = _operand_args(op, x)
-    _gate_up_kernel[(triton.cdiv(inter, bn),)](
-        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, I=inter, K=k, KP=p2(k), BN=bn,
+    grid = triton.cdiv(inter, bn)
+    _gate_up_kernel[(grid,)](
+        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, prefetch_programs(grid, prefetching), I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         NORM=norm, FROM_Y=y is not None, PDL=pdl,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),

@@ -23,10 +23,12 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
 
   pdl                  programmatic dependent launch (Hopper and newer): each kernel may start while
                        the one before drains, and waits for its results in `griddepcontrol.wait`
-  pdl_prefetch         with pdl, loop steps of W (of K and V for attention) each program prefetches
-                       into L2 before that wait: what it reads first does not depend on the kernel
-                       before, so it streams while that kernel drains (0: none; pdl alone only hides
-                       the launch)
+  pdl_prefetch         with pdl, loop steps of W (of K and V for attention) each of a kernel's first
+                       pdl_prefetch_per_sm x multiprocessors programs prefetches into L2 before that
+                       wait: what it reads first does not depend on the kernel before, so it streams
+                       while that kernel drains (0: none; pdl alone only hides the launch). Only the
+                       first programs: a later one, started after the kernel before ended, would pay
+                       the prefetch's round trip before its own loads
   attention.skip_empty attention skips whole blocks past the step's position with a branch (the
                        measured H200 default) instead of masking them, which lets Triton pipeline
                        the K/V loads across loop steps
@@ -134,11 +136,18 @@ class LaunchShapes:
     gemv_by_hidden: dict = field(default_factory=dict)
     norm: dict = field(default_factory=dict)
     pdl_prefetch: int = 0
+    pdl_prefetch_per_sm: int = 4
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
-        if isinstance(self.pdl_prefetch, bool) or not isinstance(self.pdl_prefetch, int) or self.pdl_prefetch < 0:
-            raise ValueError(f"launch shapes: pdl_prefetch must be a whole number of loop steps >= 0, not {self.pdl_prefetch!r}")
+        for name, least in (("pdl_prefetch", 0), ("pdl_prefetch_per_sm", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"launch shapes: {name} must be a whole number >= {least}, not {value!r}")
+
+    def prefetching(self, sm_count: int) -> int:
+        """How many of a kernel's first programs prefetch under pdl_prefetch."""
+        return self.pdl_prefetch_per_sm * sm_count
 
     def norm_for(self, fmt: str) -> str:
         """How the GEMVs of weights stored as `fmt` get their norm (the lever `norm`)."""
@@ -168,6 +177,7 @@ class LaunchShapes:
             out["norm"] = dict(self.norm)
         if self.pdl_prefetch:  # absent when 0: records made before the lever read the same
             out["pdl_prefetch"] = self.pdl_prefetch
+            out["pdl_prefetch_per_sm"] = self.pdl_prefetch_per_sm
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -313,12 +323,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -346,7 +356,8 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     _check_norm(norm, "gemv_configs")
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=spec.get("pdl_prefetch", base.pdl_prefetch))
+                        pdl_prefetch=spec.get("pdl_prefetch", base.pdl_prefetch),
+                        pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 
 def _without(by_hidden: dict, given: dict) -> dict:

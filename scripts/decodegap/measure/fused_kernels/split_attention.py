@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from decodegap.measure.fused_kernels.common import launch_options, p2, pdl_start, prefetch_l2, require
+from decodegap.measure.fused_kernels.common import launch_options, p2, pdl_start, prefetch_l2, prefetch_programs, require
 from decodegap.measure.fused_kernels.gemv import HeadLayout
 from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
 
@@ -136,7 +136,7 @@ def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G: tl.cons
 
 
 @triton.jit
-def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, count_ptr, scale,
+def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, count_ptr, scale, pf_programs,
                             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
                             SPLIT: tl.constexpr, BT: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr,
                             SKIP_EMPTY: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
@@ -146,14 +146,16 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
     With COMBINE, the last of the head's splits with a valid position to finish also writes the
     group's attention output to o_ptr. With PDL and PF, the split's first PF elements of K and of V
     (its first positions, whatever the step's position: the cache does not depend on the kernel
-    before, bar the step's own row) are prefetched into L2 before the wait."""
+    before, bar the step's own row) are prefetched into L2 before the wait, by the first pf_programs
+    programs in launch order (h fastest)."""
     h = tl.program_id(0)
     s = tl.program_id(1)
     if PDL:
         if PF > 0:
-            off = tl.minimum((h * L + s * SPLIT) * D + tl.arange(0, PF // PF_LINE) * PF_LINE, (h + 1) * L * D - 1)
-            prefetch_l2(kc_ptr + off)
-            prefetch_l2(vc_ptr + off)
+            if s * tl.num_programs(0) + h < pf_programs:
+                off = tl.minimum((h * L + s * SPLIT) * D + tl.arange(0, PF // PF_LINE) * PF_LINE, (h + 1) * L * D - 1)
+                prefetch_l2(kc_ptr + off)
+                prefetch_l2(vc_ptr + off)
     pdl_start(PDL)
     n_valid = tl.load(pos_ptr) + 1  # the step's key and value were appended at its position
     start = s * SPLIT
@@ -199,12 +201,12 @@ def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP:
 
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
-              pdl: bool = False, prefetch_steps: int = 0) -> None:
+              pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None) -> None:
     """out (heads * head_dim,) = softmax(q K^T * scale) V over the cache's positions 0..position, each
     query head against its group's KV head; k_cache and v_cache (kv heads, cache length, head_dim).
     Two launches (the splits, their combine), or one with plan.config.combine == "in_split". With
-    pdl, each split program prefetches its first `prefetch_steps` loop steps of K and V into L2
-    before it waits for the kernel before."""
+    pdl, each split program (the first `prefetching` only, when given) prefetches its first
+    `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before."""
     where = "attention"
     d = heads.head_dim
     require(where, "q", q, numel=heads.n_heads * d)
@@ -227,7 +229,7 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     line = max(1, 128 // k_cache.element_size())
     pf = max(line, min(p2(prefetch_steps * cfg.block_t * d), p2(plan.split * d))) if pdl and prefetch_steps > 0 else 0
     _attention_split_kernel[(heads.n_kv, plan.n_splits)](
-        q, k_cache, v_cache, position, m, l, acc, out, count, scale, G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1],
+        q, k_cache, v_cache, position, m, l, acc, out, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching), G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1],
         SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits, CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
         SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, PF=pf, PF_LINE=line,
         **launch_options(cfg.warps, pdl, cfg.stages))

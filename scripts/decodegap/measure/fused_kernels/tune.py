@@ -153,9 +153,10 @@ class RoleBench:
             return self.xn, {"norm_weight": None}
         return self.x, {"norm_weight": self.g, "norm_sum": self.x_sum if norm == "sum" else None}
 
-    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0) -> None:
+    def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0,
+               prefetching: int | None = None) -> None:
         op = self.ops[i]
-        pdl = {"pdl": pdl, "prefetch_steps": prefetch}
+        pdl = {"pdl": pdl, "prefetch_steps": prefetch, "prefetching": prefetching}
         if self.role in ("qkv", "gate_up", "lm_head"):
             x, kw = self._normed_input(norm)
         if self.role == "qkv":
