@@ -780,7 +780,9 @@ def lever_variants(table, device) -> dict:
 
     out = {"table": {}}
     if fk.pdl_available(device) is None:
-        out["pdl on"] = {"pdl": True}
+        out["pdl off" if table.pdl else "pdl on"] = {"pdl": not table.pdl}
+        if table.pdl:
+            out["pdl without prefetch"] = {"pdl_prefetch": 0}
         for steps, per_sm in PDL_PREFETCH:  # and the first programs' first loop steps prefetched into L2 before the wait
             out[f"pdl prefetch {steps}x{per_sm}/SM"] = {"pdl": True, "pdl_prefetch": steps, "pdl_prefetch_per_sm": per_sm}
     att = table.attention
@@ -840,6 +842,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                         continue  # a lever of another storage format's GEMVs only
                     if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
                         continue  # the table's own norm for this format: the table's step
+                    if set(change or {}) == {"pdl_prefetch"} and not table.prefetch_for(fmt):
+                        continue  # no prefetch in the table for this format: the table's step
                     if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
                         continue
                     try:

@@ -279,15 +279,21 @@ def test_pdl_prefetch_spans_whole_lines_of_the_first_loop_steps_and_reads_back()
     words = torch.empty(8, 3584 // 8, dtype=torch.int32)  # int4: 32 words a line, block_k / 8 words a step
     assert fk.prefetch_span(words, 1, 1024 // 8, True) == {"PF": 128, "PF_LINE": 32, "ROWW": 448}
     assert fk.prefetch_span(torch.empty(8, 3584, dtype=torch.float8_e4m3fn), 1, 16, True)["PF"] == 128  # at least a line
-    h200 = fk.launch_shapes_for("h200")
-    on = fk.resolve({"pdl": True, "pdl_prefetch": 4, "pdl_prefetch_per_sm": 2}, "cpu", "h200")
-    assert on.pdl and on.pdl_prefetch == 4 and on.as_dict()["pdl_prefetch"] == 4 and fk.resolve(on.as_dict(), "cpu", "h200") == on
-    assert on.prefetching(132) == 264  # the first two programs a multiprocessor prefetch
+    h200 = fk.launch_shapes_for("h200")  # measured: PDL on, one loop step prefetched by 2 programs an SM, not for fp8
+    assert h200.pdl and (h200.prefetch_for("dense"), h200.prefetch_for("fp8"), h200.prefetch_for("int4")) == (1, 0, 1)
+    assert h200.pdl_prefetch_per_sm == 2
+    on = fk.resolve({"pdl": True, "pdl_prefetch": 4, "pdl_prefetch_per_sm": 3}, "cpu", "h200")  # a number: every format's
+    assert on.pdl and on.prefetch_for("fp8") == 4 and on.as_dict()["pdl_prefetch"] == {"dense": 4, "fp8": 4, "int4": 4}
+    assert fk.resolve(on.as_dict(), "cpu", "h200") == on and on.pdl_prefetch_per_sm == 3
+    some = fk.resolve({"pdl": True, "pdl_prefetch": {"int4": 1}}, "cpu", "default")
+    assert some.prefetch_for("int4") == 1 and some.prefetch_for("dense") == 0
     assert fk.prefetch_programs(100, 264) == 100 and fk.prefetch_programs(1000, 264) == 264 and fk.prefetch_programs(7, None) == 7
-    assert "pdl_prefetch" not in h200.as_dict()  # absent when off: records made before the lever read the same
+    assert "pdl_prefetch" not in fk.LAUNCH_SHAPES["default"].as_dict()  # absent when off: records made before read the same
     for key, bad in (("pdl_prefetch", -1), ("pdl_prefetch", 1.5), ("pdl_prefetch", True), ("pdl_prefetch_per_sm", 0)):
         with pytest.raises(ValueError, match=f"{key} must be a whole number"):
             fk.resolve({key: bad}, "cpu", "h200")
+    with pytest.raises(ValueError, match="unknown format 'int8'"):
+        fk.resolve({"pdl_prefetch": {"int8": 1}}, "cpu", "h200")
 
 
 def test_a_card_width_gets_its_own_gemv_shapes_and_what_is_given_wins():

@@ -196,7 +196,9 @@ class FusedModel:
         # added up by the o and down GEMVs that write x, zeroed at the start of every step
         self._sums = torch.zeros(2 * len(self.layers) + 1, dtype=torch.float32, device=self.device)
         self._scratch = fk.attention_scratch(self.attention_plan, self.heads, self.device)
-        self._prefetching = self.shapes.prefetching(fk.sm_count_of(self.device))
+        # pdl_prefetch: the loop steps each of the first pdl_prefetch_per_sm x SMs programs of a kernel prefetches
+        self._prefetch_steps = self.shapes.prefetch_for(fmt)
+        self._prefetching = self.shapes.pdl_prefetch_per_sm * fk.sm_count_of(self.device)
 
     def describe(self) -> dict:
         """What a session records of the step: its backend and, for the kernels, their launch shapes,
@@ -212,8 +214,8 @@ class FusedModel:
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
             out["pdl"] = self.shapes.pdl
-            if self.shapes.pdl and self.shapes.pdl_prefetch:
-                out["pdl_prefetch"] = self.shapes.pdl_prefetch
+            if self.shapes.pdl and self._prefetch_steps:
+                out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
             if self.kernel_format:  # a packed path's own GEMVs take x normalised by add_norm, whatever the lever
                 out["norm"] = self.shapes.norm_for(self.kernel_format)
@@ -301,7 +303,7 @@ class FusedModel:
 
         fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn, plan=self.attention_plan,
                      scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
-                     prefetch_steps=self.shapes.pdl_prefetch, prefetching=self._prefetching)
+                     prefetch_steps=self._prefetch_steps, prefetching=self._prefetching)
 
     @staticmethod
     def _operand(linear):
@@ -323,7 +325,7 @@ class FusedModel:
         x, g, op, eps, mode = self._x, self.gemv, self._operand, self.eps, self.shapes.norm_for(self.kernel_format)
         pdl = self.shapes.pdl
         # the GEMVs': their weights' first loop steps, in the programs that start while the kernel before runs
-        pf = {"pdl": pdl, "prefetch_steps": self.shapes.pdl_prefetch, "prefetching": self._prefetching}
+        pf = {"pdl": pdl, "prefetch_steps": self._prefetch_steps, "prefetching": self._prefetching}
         sums = self._sums
         out = [("other", call(self._embed, token))]
         if mode == "sum":

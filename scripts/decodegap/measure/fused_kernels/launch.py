@@ -23,8 +23,9 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
 
   pdl                  programmatic dependent launch (Hopper and newer): each kernel may start while
                        the one before drains, and waits for its results in `griddepcontrol.wait`
-  pdl_prefetch         with pdl, loop steps of W (of K and V for attention) each of a kernel's first
-                       pdl_prefetch_per_sm x multiprocessors programs prefetches into L2 before that
+  pdl_prefetch         per weight format, with pdl, loop steps of W (of K and V for attention) each of
+                       a kernel's first pdl_prefetch_per_sm x multiprocessors programs prefetches into
+                       L2 before that
                        wait: what it reads first does not depend on the kernel before, so it streams
                        while that kernel drains (0: none; pdl alone only hides the launch). Only the
                        first programs: a later one, started after the kernel before ended, would pay
@@ -64,6 +65,11 @@ def _check_norm(norm, where: str) -> None:
         _check_format(fmt, f"{where}: norm")
         if mode not in NORMS:
             raise ValueError(f"{where}: norm {mode!r} for {fmt}: one of {', '.join(NORMS)}")
+
+
+def _check_whole(name: str, value, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"launch shapes: {name} must be a whole number >= {least}, not {value!r}")
 
 
 def _check_format(fmt, where: str) -> None:
@@ -126,8 +132,9 @@ class LaunchShapes:
     """Every launch shape and lever of the fused step on one GPU type: `gemv[format][role]`,
     `gemv_by_hidden[hidden size][format][role]` (a card width's own shapes where they differ: the
     same role reads 3584- and 4096-wide cards best with different shapes on the H200), `attention`,
-    the levers `pdl`, `pdl_prefetch` and `norm` ({format: how its GEMVs get the norm}, "program"
-    where absent; module docstring), and where they came from (`source`)."""
+    the levers `pdl`, `pdl_prefetch` ({format: loop steps}, 0 where absent) with
+    `pdl_prefetch_per_sm`, and `norm` ({format: how its GEMVs get the norm}, "program" where absent;
+    module docstring), and where they came from (`source`)."""
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
@@ -135,15 +142,21 @@ class LaunchShapes:
     source: str = ""
     gemv_by_hidden: dict = field(default_factory=dict)
     norm: dict = field(default_factory=dict)
-    pdl_prefetch: int = 0
-    pdl_prefetch_per_sm: int = 4
+    pdl_prefetch: dict = field(default_factory=dict)
+    pdl_prefetch_per_sm: int = 2
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
-        for name, least in (("pdl_prefetch", 0), ("pdl_prefetch_per_sm", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"launch shapes: {name} must be a whole number >= {least}, not {value!r}")
+        if not isinstance(self.pdl_prefetch, dict):
+            raise ValueError(f"launch shapes: pdl_prefetch must be {{format: loop steps}}, not {self.pdl_prefetch!r}")
+        for fmt, steps in self.pdl_prefetch.items():
+            _check_format(fmt, "launch shapes: pdl_prefetch")
+            _check_whole("pdl_prefetch", steps, 0)
+        _check_whole("pdl_prefetch_per_sm", self.pdl_prefetch_per_sm, 1)
+
+    def prefetch_for(self, fmt: str) -> int:
+        """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
+        return self.pdl_prefetch.get(fmt, 0)
 
     def prefetching(self, sm_count: int) -> int:
         """How many of a kernel's first programs prefetch under pdl_prefetch."""
@@ -175,8 +188,8 @@ class LaunchShapes:
                "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
         if self.norm:  # absent when every format's is "program": records made before the lever read the same
             out["norm"] = dict(self.norm)
-        if self.pdl_prefetch:  # absent when 0: records made before the lever read the same
-            out["pdl_prefetch"] = self.pdl_prefetch
+        if any(self.pdl_prefetch.values()):  # absent when 0: records made before the lever read the same
+            out["pdl_prefetch"] = dict(self.pdl_prefetch)
             out["pdl_prefetch_per_sm"] = self.pdl_prefetch_per_sm
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
@@ -232,6 +245,15 @@ _H200_BY_HIDDEN = {4096: {"dense": _gemv_table(_H200_DENSE_4096), "fp8": _gemv_t
 # bf16 steps 1.007-1.009x for Qwen-2.5-7B but 0.959-0.982x for the 4096-wide cards with the bf16 shapes
 # tuned under the per-program norm; with bf16 shapes tuned under this norm (above) every format takes it.
 _H200_NORM = {"dense": "apart", "fp8": "apart", "int4": "apart"}
+# Programmatic dependent launch (floor_limit.py --parts levers, 2026-12-02; results/benchmarks/): with every
+# program prefetching its first loop steps before PDL's wait, the steps ran 0.86-0.99x (code f29de20,
+# GPU-db402272, floor_limit_pdl_every_program_h200.txt: a program that starts after the kernel before has
+# ended pays the prefetch's round trip); with the first 2 programs a multiprocessor prefetching one loop
+# step (code 9ed2bc8, GPU-1e636023, floor_limit_pdl_h200.txt) the bf16 and int4 steps of all three cards ran
+# 1.007-1.035x the table without PDL at ctx 2048 and 16384, PDL alone 0.999-1.032x; the fp8 steps ran
+# 1.010-1.028x with PDL alone but 0.940-0.955x with the prefetch on the 4096-wide cards (1.026-1.033x on
+# Qwen-2.5-7B), so fp8 takes PDL without it.
+_H200_PDL_PREFETCH = {"dense": 1, "int4": 1}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -239,8 +261,8 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
-                         pdl=False, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
-                         gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM),
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
+                         gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
@@ -354,9 +376,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     given = spec.get("norm", {})
     norm.update({fmt: given for fmt in FORMATS} if isinstance(given, str) else given)  # a string: every format's
     _check_norm(norm, "gemv_configs")
+    prefetch = dict(base.pdl_prefetch)
+    given = spec.get("pdl_prefetch", {})
+    prefetch.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # a number: every format's
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=spec.get("pdl_prefetch", base.pdl_prefetch),
+                        pdl_prefetch=prefetch,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

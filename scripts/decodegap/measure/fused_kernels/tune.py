@@ -22,6 +22,7 @@ import torch
 
 from decodegap.measure.fused_kernels import split_attention as attn
 from decodegap.measure.fused_kernels import gemv
+from decodegap.measure.fused_kernels.common import pdl_available
 from decodegap.measure.fused_kernels.launch import (
     FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, launch_shapes_for, sm_count_of)
 from decodegap.measure.fused_kernels.ops import dequantize
@@ -339,14 +340,20 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
             att_times.pop(cfg, None)  # a candidate is judged on every case or not at all
     del benches
     timings["attention"] = {_key(c): t for c, t in att_times.items()}
+    # PDL is a property of the whole step (floor_limit.py's levers measure it), not of a kernel timed
+    # alone: the choice keeps the table's, where the device can launch so
+    table = launch_shapes_for(gpu_key_of(device))
+    pdl = table.pdl and pdl_available(device) is None
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": False, "norm": norm,
+           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm,
            "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
            "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
                                    for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
            "budget_s": budget_s, "skipped": skipped}
     if by_hidden:
         out["gemv_by_hidden"] = by_hidden
+    if pdl and any(table.pdl_prefetch.values()):
+        out.update(pdl_prefetch=dict(table.pdl_prefetch), pdl_prefetch_per_sm=table.pdl_prefetch_per_sm)
     if att_times:
         out["attention"] = _pick(att_times).as_dict()
         say(f"tune: attention {out['attention']}")
