@@ -144,6 +144,31 @@ def test_gate_up_rounds_as_transformers_in_bf16(gen):
     assert _rel(out, torch.nn.functional.silu(y64[:inter]) * y64[inter:]) < TOL[dtype]
 
 
+@pytest.mark.parametrize("fmt", ["dense", "int4"])
+def test_x_fp32_inputs_hold_the_bf16_values_and_give_the_same_outputs(fmt, gen):
+    """The lever x_fp32: add_norm and gate_up store their bf16 results as float32 (the next GEMV then
+    converts nothing); the stored values, and what the next GEMV computes from them, are the bf16
+    ones exactly (every rounding stays the activations' dtype's)."""
+    inter, k, bf = 128, 128, torch.bfloat16  # whole int4 groups
+    x, g = torch.randn(k, generator=gen).to(bf), (1 + torch.randn(k, generator=gen) / 4).to(bf)
+    xn16, xn32 = torch.empty(k, dtype=bf), torch.empty(k, dtype=torch.float32)
+    fk.add_norm(x, None, g, xn16, eps=1e-6)
+    fk.add_norm(x, None, g, xn32, eps=1e-6)
+    assert torch.equal(xn32, xn16.float())
+    w, _ = _weight(fmt, 2 * inter, k, gen, bf)
+    h16, h32 = torch.empty(inter, dtype=bf), torch.full((inter,), float("nan"))
+    fk.gate_up(xn16, w, h16, norm_weight=None, eps=1e-6, shape=_shape(fmt))
+    fk.gate_up(xn32, w, h32, norm_weight=None, eps=1e-6, shape=_shape(fmt), act_dtype=bf)
+    assert torch.equal(h32, h16.float())  # rounded to bf16, stored as float32
+    wd, _ = _weight(fmt, k, inter, gen, bf)
+    y16, y32 = torch.empty(k, dtype=bf), torch.empty(k, dtype=bf)
+    fk.linear(h16, wd, y16, shape=_shape(fmt))
+    fk.linear(h32, wd, y32, shape=_shape(fmt))  # a float32 input, a bf16 output
+    assert torch.equal(y16, y32)
+    with pytest.raises(ValueError, match="out .float16. must hold the activations' dtype act_dtype .bfloat16."):
+        fk.gate_up(xn32, w, torch.empty(inter, dtype=torch.float16), norm_weight=None, eps=1e-6, shape=_shape(fmt), act_dtype=bf)
+
+
 def _rotate64(v, cos, sin):
     half = v.shape[-1] // 2
     return v * torch.cat((cos, cos)) + torch.cat((-v[..., half:], v[..., :half]), dim=-1) * torch.cat((sin, sin))
@@ -417,6 +442,25 @@ def test_the_norm_lever_gives_the_same_logits_and_is_recorded(norm, quant):
         net.set_launch_shapes({"norm": {"bf16": "sum"}})
     with pytest.raises(ValueError, match="launch shapes: norm must be {format: one of program, sum, apart}, not 'sum'"):
         fk.LaunchShapes(gemv=fk.LAUNCH_SHAPES["cpu"].gemv, norm="sum")
+
+
+def test_the_x_fp32_lever_gives_the_same_logits_and_is_recorded():
+    """x_fp32 on int4 words with the norm apart: the step's GEMV inputs live in float32 buffers of
+    their own (a packed path's kernels keep theirs), the logits are the transformers model's, and
+    the record says so; the lever reads back from its JSON form and names a bad value."""
+    path = get_weight_path("int4-triton")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    net = FusedModel(dense, path, 64, backend="triton", gemv_configs={"norm": "apart", "x_fp32": {"int4": True}})
+    check = logit_check(path.prepare(dense), net, prompt_tokens=20, steps=3)
+    assert check["rel_l2_max"] <= 1e-5 and check["agrees"], check
+    assert net.describe()["x_fp32"] is True and net._h_in is not net._h and net._h_in.dtype == torch.float32
+    net.set_launch_shapes({"x_fp32": {"dense": True}})  # another format's lever: not this step's
+    assert "x_fp32" not in net.describe() and net._h_in is net._h
+    on = fk.resolve({"x_fp32": True}, "cpu")
+    assert on.as_dict()["x_fp32"] == {f: True for f in fk.FORMATS} and fk.resolve(on.as_dict(), "cpu") == on
+    assert "x_fp32" not in fk.resolve(None, "cpu").as_dict()
+    with pytest.raises(ValueError, match="x_fp32 must be {format: true or false}"):
+        fk.resolve({"x_fp32": {"int4": "yes"}}, "cpu")
 
 
 @pytest.mark.parametrize("quant", ["fp8", "int4-triton"])

@@ -82,6 +82,9 @@ def _check(proc, rows):
     issue = {r["case"]: r["issue"] for r in rows if r.get("issue")}
     assert issue["qwen2.5-7b int4 gate_up"]["per_weight"] > issue["qwen2.5-7b fp8 gate_up"]["per_weight"]
     assert issue["qwen2.5-7b int4 gate_up"]["per_weight"] < issue["qwen2.5-7b int4 gate_up norm program"]["per_weight"]
+    # the lever x_fp32: an int4 loop that converts no input executes fewer instructions a weight
+    for role in ("qkv", "gate_up", "down"):
+        assert issue[f"qwen2.5-7b int4 {role} x fp32"]["per_weight"] < issue[f"qwen2.5-7b int4 {role}"]["per_weight"] - 0.5
     bounds = {(b["card"], b["format"]): b for b in ahead.step_issue_bounds(rows)}
     assert bounds[("qwen2.5-7b", "int4")]["issue_TBps"] < bounds[("qwen2.5-7b", "fp8")]["issue_TBps"] < 10
     assert abs(bounds[("qwen2.5-7b", "dense")]["stored_GB"] - 14.14) < 0.01  # the ceiling's bytes: the real card's weights

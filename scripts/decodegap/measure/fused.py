@@ -192,6 +192,14 @@ class FusedModel:
 
         self._x, self._xn, self._q, self._attn = buf(hidden), buf(hidden), buf(qd), buf(qd)
         self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
+        # the lever x_fp32: the GEMVs' inputs the step writes (x normalised apart, the MLP's SiLU(gate) * up) as
+        # float32 holding their bf16 values, so no GEMV loop converts its input
+        self._x_fp32 = bool(self.kernel_format) and self.shapes.x_fp32_for(fmt)
+        if self._x_fp32:
+            self._xn_in = torch.empty(hidden, dtype=torch.float32, device=self.device)
+            self._h_in = torch.empty(self.intermediate, dtype=torch.float32, device=self.device)
+        else:
+            self._xn_in, self._h_in = self._xn, self._h
         # the norm lever "sum": x's sum of squares before each norm (2 a layer and the final one),
         # added up by the o and down GEMVs that write x, zeroed at the start of every step
         self._sums = torch.zeros(2 * len(self.layers) + 1, dtype=torch.float32, device=self.device)
@@ -214,6 +222,8 @@ class FusedModel:
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
             out["pdl"] = self.shapes.pdl
+            if self._x_fp32:
+                out["x_fp32"] = True
             if self.shapes.pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
@@ -335,8 +345,8 @@ class FusedModel:
             """What a GEMV after a norm takes: its input, and the norm's keyword arguments. Slot 0 (layer
             0's input norm) has no GEMV before it to sum x: its programs sum it themselves."""
             if mode == "apart":
-                out.append(("other", call(fk.add_norm, x, None, weight, self._xn, eps=eps, pdl=pdl)))
-                return self._xn, {"norm_weight": None}
+                out.append(("other", call(fk.add_norm, x, None, weight, self._xn_in, eps=eps, pdl=pdl)))
+                return self._xn_in, {"norm_weight": None}
             if mode == "sum" and slot > 0:
                 return x, {"norm_weight": weight, "norm_sum": sums[slot:slot + 1]}
             return x, {"norm_weight": weight}
@@ -353,8 +363,9 @@ class FusedModel:
             out.append(("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x,
                                      **pf, **summed(2 * i + 1))))
             src, norm = normed(2 * i + 1, layer.post_norm)
-            out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h, eps=eps, shape=g["gate_up"], **pf, **norm)))
-            out.append(("gemv", call(fk.linear, self._h, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
+            out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h_in, eps=eps, shape=g["gate_up"],
+                                     act_dtype=self.dtype, **pf, **norm)))
+            out.append(("gemv", call(fk.linear, self._h_in, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
                                      **pf, **summed(2 * i + 2))))
         src, norm = normed(2 * len(self.layers), self.final_norm)
         out.append(("gemv", call(fk.linear, src, self.lm_head, self._logits, shape=g["lm_head"], eps=eps, **pf, **norm)))

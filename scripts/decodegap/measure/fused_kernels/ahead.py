@@ -204,6 +204,8 @@ def cases(quick: bool) -> dict:
                 variants = {"": (shape, own_norm)}
                 if not quick and role in ("o", "down"):
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm)
+                if (own_norm == "none" and role != "o") or role == "down":  # the inputs the step writes: float32 with x_fp32
+                    variants["x fp32 "] = (shape, own_norm)
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
                     for norm, given in NORM_INPUT_OF.items():
                         if given != own_norm and (not quick or norm in ("program", "apart")):
@@ -211,13 +213,13 @@ def cases(quick: bool) -> dict:
                 for tag, (sh, norm) in variants.items():
                     # PDL alone, and with the weight's first PDL_PREFETCH loop steps prefetched before the wait
                     levers = {"": (False, 0), "pdl": (True, 0), "pdl prefetch": (True, PDL_PREFETCH)}
-                    if (quick and fmt != "dense") or tag.startswith("norm"):
+                    if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32")):
                         levers = {"": (False, 0)}
                     for lever, (pdl, pf) in levers.items():
                         out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (
-                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf:
+                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=tag.startswith("x fp32"):
                             RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(
-                                sh, 0, pdl=pdl, norm=norm, prefetch=pf))
+                                sh, 0, pdl=pdl, norm=norm, prefetch=pf, x_fp32=x32))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
         attention = {"table": table.attention, "masked": dataclasses.replace(table.attention, skip_empty=False),
                      "skipping": dataclasses.replace(table.attention, skip_empty=True),

@@ -315,13 +315,15 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, pf_programs, I: tl.constexpr,
+def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, pf_programs, ACT: tl.constexpr,
+                    I: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
                     XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
                     PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
-    y_ptr, FROM_Y), each rounded to the activations' dtype; out = SiLU(gate) * up, SiLU's output
-    rounded as transformers' act_fn rounds it."""
+    y_ptr, FROM_Y), each rounded to the activations' dtype ACT; out = SiLU(gate) * up, SiLU's output
+    rounded as transformers' act_fn rounds it, stored as out's dtype (ACT, or float32 holding ACT's
+    values)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < I
     pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
@@ -336,17 +338,17 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
         gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT), BN)
-    dt = out_ptr.dtype.element_ty
-    gate = gate.to(dt).to(tl.float32)
-    up = up.to(dt).to(tl.float32)
-    act = (gate * tl.sigmoid(gate)).to(dt).to(tl.float32)
-    tl.store(out_ptr + rows, (act * up).to(dt), mask=rmask)
+    gate = gate.to(ACT).to(tl.float32)
+    up = up.to(ACT).to(tl.float32)
+    act = (gate * tl.sigmoid(gate)).to(ACT).to(tl.float32)
+    tl.store(out_ptr + rows, (act * up).to(ACT).to(out_ptr.dtype.element_ty), mask=rmask)
 
 
 @triton.jit
 def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.constexpr, ADD: tl.constexpr,
                      PDL: tl.constexpr):
-    """One program: x += y (when ADD, rounded to x's dtype), then xn = RMSNorm(x) * g."""
+    """One program: x += y (when ADD, rounded to x's dtype), then xn = RMSNorm(x) * g, rounded to x's
+    dtype and stored as xn's (x's, or float32 holding those values: the lever x_fp32)."""
     pdl_start(PDL)
     offs = tl.arange(0, HP)
     m = offs < H
@@ -357,7 +359,7 @@ def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.c
     x32 = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x32 * x32, axis=0) / H + eps)
     xn = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32) * (x32 * rstd).to(x.dtype).to(tl.float32)
-    tl.store(xn_ptr + offs, xn.to(x.dtype), mask=m)
+    tl.store(xn_ptr + offs, xn.to(x.dtype).to(xn_ptr.dtype.element_ty), mask=m)
 
 
 # ----------------------------------------------------------------------------- launches
@@ -399,7 +401,7 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     op.validate(where, "weight", x.device)
     n, k = op.n, op.k
     require(where, "x", x, numel=k)
-    require(where, "out", out, dtype=x.dtype, numel=n, device=x.device)
+    require(where, "out", out, dtype=_out_dtypes(x), numel=n, device=x.device)
     for name, t, size in (("bias", bias, n), ("residual", residual, n)):
         if t is not None:
             require(where, name, t, numel=size, device=x.device, dtype=ACTIVATION_DTYPES)
@@ -435,7 +437,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
     norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
-    require(where, "q_out", q_out, numel=heads.n_heads * d, dtype=x.dtype, device=dev)
+    require(where, "q_out", q_out, numel=heads.n_heads * d, dtype=_out_dtypes(x), device=dev)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         require(where, name, t, dtype=q_out.dtype, device=dev)
         if t.dim() != 3 or t.shape[0] != heads.n_kv or t.shape[2] != d:
@@ -470,15 +472,21 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
 
 
 def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False,
-            prefetch_steps: int = 0, prefetching: int | None = None) -> None:
+            prefetch_steps: int = 0, prefetching: int | None = None, act_dtype=None) -> None:
     """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
     then up) on RMSNorm(x) * norm_weight (x as given when norm_weight is None; norm_sum: x's sum of
     squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps,
-    prefetching: as linear's."""
+    prefetching: as linear's. gate, up and SiLU(gate) * up are rounded to `act_dtype` (default out's
+    dtype); out may be float32 holding those rounded values (the lever x_fp32: the down GEMV then
+    converts nothing)."""
     where = "gate_up"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     dev, k = x.device, x.numel()
-    require(where, "out", out, dtype=x.dtype, device=dev)
+    require(where, "out", out, dtype=(*_out_dtypes(x), torch.float32), device=dev)
+    act = out.dtype if act_dtype is None else act_dtype
+    if act not in ACTIVATION_DTYPES or out.dtype not in (act, torch.float32):
+        raise ValueError(f"{where}: out ({str(out.dtype).removeprefix('torch.')}) must hold the activations' dtype "
+                         f"act_dtype ({str(act).removeprefix('torch.')}), or float32 (their values, for the next GEMV)")
     norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
     inter = out.numel()
     op = None
@@ -496,11 +504,21 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     w, s, z = _operand_args(op, x)
     grid = triton.cdiv(inter, bn)
     _gate_up_kernel[(grid,)](
-        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, prefetch_programs(grid, prefetching), I=inter, K=k, KP=p2(k), BN=bn,
+        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, prefetch_programs(grid, prefetching),
+        ACT=_TL_DTYPES[act], I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
         NORM=norm, FROM_Y=y is not None, PDL=pdl,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _out_dtypes(x) -> tuple:
+    """The dtypes a GEMV's outputs may have for its input x: x's; any activation dtype when x is
+    float32 (it may hold bf16 values, written so by the lever x_fp32)."""
+    return ACTIVATION_DTYPES if x.dtype == torch.float32 else (x.dtype,)
 
 
 def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> dict:
@@ -514,13 +532,14 @@ def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> 
 
 def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:
     """x += y (unless y is None), then xn = RMSNorm(x) * norm_weight: one program, for paths whose
-    own GEMV runs outside these kernels."""
+    own GEMV runs outside these kernels, and the norm apart (launch.py's lever norm). xn has x's
+    dtype, or float32 (x's dtype's values, which a GEMV then reads without converting)."""
     where = "add_norm"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     h = x.numel()
     if y is not None:
         require(where, "y", y, numel=h, device=x.device)
     require(where, "norm_weight", norm_weight, numel=h, device=x.device)
-    require(where, "xn", xn, numel=h, dtype=x.dtype, device=x.device)
+    require(where, "xn", xn, numel=h, dtype=(x.dtype, torch.float32), device=x.device)
     _add_norm_kernel[(1,)](x, y if y is not None else x, norm_weight, xn, eps, H=h, HP=p2(h), ADD=y is not None, PDL=pdl,
                            **launch_options(4, pdl))

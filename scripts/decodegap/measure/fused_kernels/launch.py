@@ -35,6 +35,10 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        the K/V loads across loop steps
   attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
                        program of each KV head to finish combines (one launch instead of two)
+  x_fp32               per weight format, the inputs the step writes for its GEMVs (x normalised apart,
+                       the MLP's SiLU(gate) * up) stored as float32 holding their bf16 values, so a
+                       GEMV's loop converts no input (ahead --loops: 6.5-7.8 instructions a weight
+                       to 5.1-6.3 for Qwen-2.5-7B's int4 qkv, gate_up and down); the numbers are the same
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -144,6 +148,7 @@ class LaunchShapes:
     norm: dict = field(default_factory=dict)
     pdl_prefetch: dict = field(default_factory=dict)
     pdl_prefetch_per_sm: int = 2
+    x_fp32: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -153,6 +158,14 @@ class LaunchShapes:
             _check_format(fmt, "launch shapes: pdl_prefetch")
             _check_whole("pdl_prefetch", steps, 0)
         _check_whole("pdl_prefetch_per_sm", self.pdl_prefetch_per_sm, 1)
+        if not isinstance(self.x_fp32, dict) or not all(isinstance(v, bool) for v in self.x_fp32.values()):
+            raise ValueError(f"launch shapes: x_fp32 must be {{format: true or false}}, not {self.x_fp32!r}")
+        for fmt in self.x_fp32:
+            _check_format(fmt, "launch shapes: x_fp32")
+
+    def x_fp32_for(self, fmt: str) -> bool:
+        """Whether the step whose GEMVs read `fmt` writes their inputs as float32 (the lever x_fp32)."""
+        return self.x_fp32.get(fmt, False)
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -191,6 +204,8 @@ class LaunchShapes:
         if any(self.pdl_prefetch.values()):  # absent when 0: records made before the lever read the same
             out["pdl_prefetch"] = dict(self.pdl_prefetch)
             out["pdl_prefetch_per_sm"] = self.pdl_prefetch_per_sm
+        if any(self.x_fp32.values()):  # absent when off: records made before the lever read the same
+            out["x_fp32"] = dict(self.x_fp32)
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -345,12 +360,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -379,9 +394,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     prefetch = dict(base.pdl_prefetch)
     given = spec.get("pdl_prefetch", {})
     prefetch.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # a number: every format's
+    x_fp32 = dict(base.x_fp32)
+    given = spec.get("x_fp32", {})
+    x_fp32.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # true or false: every format's
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

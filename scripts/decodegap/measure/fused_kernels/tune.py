@@ -155,11 +155,14 @@ class RoleBench:
         return self.x, {"norm_weight": self.g, "norm_sum": self.x_sum if norm == "sum" else None}
 
     def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0,
-               prefetching: int | None = None) -> None:
+               prefetching: int | None = None, x_fp32: bool = False) -> None:
+        """One launch on weight copy i; x_fp32: the input as float32 holding its values (the lever x_fp32)."""
         op = self.ops[i]
         pdl = {"pdl": pdl, "prefetch_steps": prefetch, "prefetching": prefetching}
+        x = self.x.float() if x_fp32 else self.x
         if self.role in ("qkv", "gate_up", "lm_head"):
             x, kw = self._normed_input(norm)
+            x = x.float() if x_fp32 and norm == "none" else x  # a norm prologue takes x as stored
         if self.role == "qkv":
             gemv.qkv_rope(x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
                           k_cache=self.kc, v_cache=self.vc, eps=self.eps, shape=shape, bias=self.bias, **pdl, **kw)
@@ -168,7 +171,7 @@ class RoleBench:
         elif self.role == "lm_head":
             gemv.linear(x, op, self.out, shape=shape, eps=self.eps, **pdl, **kw)
         else:
-            gemv.linear(self.x, op, self.out, shape=shape, residual=self.res, **pdl)
+            gemv.linear(x, op, self.out, shape=shape, residual=self.res, **pdl)
 
     def error(self, shape: GemvConfig, norm: str = "program") -> float:
         """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv)."""
