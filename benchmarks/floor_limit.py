@@ -796,8 +796,9 @@ def lever_variants(table, device) -> dict:
     for norm in fk.NORMS:  # every format's norm per program, its statistic summed by the GEMV before, or x normalised apart
         out[f"norm {norm}"] = {"norm": norm}
     for fmt in ("dense", "fp8", "int4"):  # the GEMVs' inputs that the step writes as float32 (bf16 values)
-        on = not table.x_fp32_for(fmt)
-        out[f"{fmt} x fp32 {'on' if on else 'off'}"] = {"x_fp32": {fmt: on}}
+        now = table.x_fp32.get(fmt, False)  # true, false, or the card widths it is on for
+        for on in ([True, False] if isinstance(now, list) else [not now]):
+            out[f"{fmt} x fp32 {'on' if on else 'off'}"] = {"x_fp32": {fmt: on}}
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}

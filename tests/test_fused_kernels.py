@@ -307,6 +307,7 @@ def test_pdl_prefetch_spans_whole_lines_of_the_first_loop_steps_and_reads_back()
     h200 = fk.launch_shapes_for("h200")  # measured: PDL on, one loop step prefetched by 2 programs an SM, not for fp8
     assert h200.pdl and (h200.prefetch_for("dense"), h200.prefetch_for("fp8"), h200.prefetch_for("int4")) == (1, 0, 1)
     assert h200.pdl_prefetch_per_sm == 2
+    assert h200.x_fp32_for("int4", 4096) and not h200.x_fp32_for("int4", 3584) and not h200.x_fp32_for("dense", 4096)
     on = fk.resolve({"pdl": True, "pdl_prefetch": 4, "pdl_prefetch_per_sm": 3}, "cpu", "h200")  # a number: every format's
     assert on.pdl and on.prefetch_for("fp8") == 4 and on.as_dict()["pdl_prefetch"] == {"dense": 4, "fp8": 4, "int4": 4}
     assert fk.resolve(on.as_dict(), "cpu", "h200") == on and on.pdl_prefetch_per_sm == 3
@@ -459,7 +460,12 @@ def test_the_x_fp32_lever_gives_the_same_logits_and_is_recorded():
     on = fk.resolve({"x_fp32": True}, "cpu")
     assert on.as_dict()["x_fp32"] == {f: True for f in fk.FORMATS} and fk.resolve(on.as_dict(), "cpu") == on
     assert "x_fp32" not in fk.resolve(None, "cpu").as_dict()
-    with pytest.raises(ValueError, match="x_fp32 must be {format: true or false}"):
+    wide = fk.resolve({"x_fp32": {"int4": [4096]}}, "cpu")  # on for one card width only
+    assert wide.x_fp32_for("int4", 4096) and not wide.x_fp32_for("int4", 3584) and not wide.x_fp32_for("dense", 4096)
+    assert fk.resolve(wide.as_dict(), "cpu") == wide
+    net.set_launch_shapes({"x_fp32": {"int4": [net.embed.shape[1] + 1]}})  # another width's: not this card's
+    assert "x_fp32" not in net.describe()
+    with pytest.raises(ValueError, match=r"x_fp32 must be {format: true, false or \[card widths\]}"):
         fk.resolve({"x_fp32": {"int4": "yes"}}, "cpu")
 
 

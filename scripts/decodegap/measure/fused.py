@@ -194,7 +194,7 @@ class FusedModel:
         self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
         # the lever x_fp32: the GEMVs' inputs the step writes (x normalised apart, the MLP's SiLU(gate) * up) as
         # float32 holding their bf16 values, so no GEMV loop converts its input
-        self._x_fp32 = bool(self.kernel_format) and self.shapes.x_fp32_for(fmt)
+        self._x_fp32 = bool(self.kernel_format) and self.shapes.x_fp32_for(fmt, hidden)
         if self._x_fp32:
             self._xn_in = torch.empty(hidden, dtype=torch.float32, device=self.device)
             self._h_in = torch.empty(self.intermediate, dtype=torch.float32, device=self.device)

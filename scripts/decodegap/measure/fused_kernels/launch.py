@@ -35,10 +35,11 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        the K/V loads across loop steps
   attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
                        program of each KV head to finish combines (one launch instead of two)
-  x_fp32               per weight format, the inputs the step writes for its GEMVs (x normalised apart,
-                       the MLP's SiLU(gate) * up) stored as float32 holding their bf16 values, so a
-                       GEMV's loop converts no input (ahead --loops: 6.5-7.8 instructions a weight
-                       to 5.1-6.3 for Qwen-2.5-7B's int4 qkv, gate_up and down); the numbers are the same
+  x_fp32               per weight format (true, or the card widths it is on for), the inputs the step
+                       writes for its GEMVs (x normalised apart, the MLP's SiLU(gate) * up) stored as
+                       float32 holding their bf16 values, so a GEMV's loop converts no input (ahead
+                       --loops: 6.5-7.8 instructions a weight to 5.1-6.3 for Qwen-2.5-7B's int4 qkv,
+                       gate_up and down); the numbers are the same
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -158,14 +159,17 @@ class LaunchShapes:
             _check_format(fmt, "launch shapes: pdl_prefetch")
             _check_whole("pdl_prefetch", steps, 0)
         _check_whole("pdl_prefetch_per_sm", self.pdl_prefetch_per_sm, 1)
-        if not isinstance(self.x_fp32, dict) or not all(isinstance(v, bool) for v in self.x_fp32.values()):
-            raise ValueError(f"launch shapes: x_fp32 must be {{format: true or false}}, not {self.x_fp32!r}")
+        ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
+        if not isinstance(self.x_fp32, dict) or not all(ok(v) for v in self.x_fp32.values()):
+            raise ValueError(f"launch shapes: x_fp32 must be {{format: true, false or [card widths]}}, not {self.x_fp32!r}")
         for fmt in self.x_fp32:
             _check_format(fmt, "launch shapes: x_fp32")
 
-    def x_fp32_for(self, fmt: str) -> bool:
-        """Whether the step whose GEMVs read `fmt` writes their inputs as float32 (the lever x_fp32)."""
-        return self.x_fp32.get(fmt, False)
+    def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
+        """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
+        float32 (the lever x_fp32)."""
+        on = self.x_fp32.get(fmt, False)
+        return hidden in on if isinstance(on, list) else on
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -205,7 +209,7 @@ class LaunchShapes:
             out["pdl_prefetch"] = dict(self.pdl_prefetch)
             out["pdl_prefetch_per_sm"] = self.pdl_prefetch_per_sm
         if any(self.x_fp32.values()):  # absent when off: records made before the lever read the same
-            out["x_fp32"] = dict(self.x_fp32)
+            out["x_fp32"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_fp32.items()}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -269,6 +273,11 @@ _H200_NORM = {"dense": "apart", "fp8": "apart", "int4": "apart"}
 # 1.010-1.028x with PDL alone but 0.940-0.955x with the prefetch on the 4096-wide cards (1.026-1.033x on
 # Qwen-2.5-7B), so fp8 takes PDL without it.
 _H200_PDL_PREFETCH = {"dense": 1, "int4": 1}
+# The lever x_fp32 (floor_limit.py --parts levers, 2026-12-02, code dc0ae08, GPU-d85aaa91; results/benchmarks/
+# floor_limit_x32_h200.txt): the int4 steps of the 4096-wide cards ran 1.027-1.050x with their GEMVs' inputs in
+# float32, Qwen-2.5-7B's 0.974-0.993x (its int4 shapes were tuned reading bf16 x), the bf16 steps 0.968-0.997x
+# and the fp8 ones 0.829-0.863x: int4 takes it at width 4096 only.
+_H200_X_FP32 = {"int4": [4096]}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -277,7 +286,8 @@ LAUNCH_SHAPES = {
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
                          pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
-                         gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2),
+                         gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
+                         x_fp32=_H200_X_FP32),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
