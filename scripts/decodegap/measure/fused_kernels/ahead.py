@@ -204,7 +204,11 @@ def cases(quick: bool) -> dict:
                 variants = {"": (shape, own_norm)}
                 if not quick and role in ("o", "down"):
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm)
-                if (own_norm == "none" and role != "o") or role == "down":  # the inputs the step writes: float32 with x_fp32
+                # the inputs the step writes (x normalised apart, the MLP's activations): float32 with the lever
+                # x_fp32, as the table has it for this format and width, and with it on
+                writes_input = (own_norm == "none" and role != "o") or role == "down"
+                table_x32 = writes_input and table.x_fp32_for(fmt, arch["hidden_size"])
+                if writes_input and not table_x32:
                     variants["x fp32 "] = (shape, own_norm)
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
                     for norm, given in NORM_INPUT_OF.items():
@@ -217,7 +221,8 @@ def cases(quick: bool) -> dict:
                         levers = {"": (False, 0)}
                     for lever, (pdl, pf) in levers.items():
                         out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (
-                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=tag.startswith("x fp32"):
+                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=tag.startswith("x fp32") or (
+                                table_x32 and not tag.startswith("norm")):
                             RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(
                                 sh, 0, pdl=pdl, norm=norm, prefetch=pf, x_fp32=x32))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
