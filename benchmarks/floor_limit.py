@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -868,7 +868,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
         del model
 
 
-def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, smoke, norm=None):
+def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, smoke, norm=None,
+             x_fp32=False):
     from decodegap.measure import fused_kernels as fk
 
     budget = min(budget_s, run.left_s() - 30)
@@ -883,13 +884,16 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
     formats = sorted(formats_of(quants), key=lambda f: f == "dense")  # the guessed tables (fp8, int4) first: bf16's is measured
     if norm:  # the norm lever to tune under, for every format (its choice carries it: "tuned" runs with it)
         kw["norm"] = {fmt: norm for fmt in fk.FORMATS}
+    if x_fp32:  # the GEMVs' written inputs as float32 in every format and width (the lever x_fp32; its choice carries it)
+        kw["x_fp32"] = {fmt: True for fmt in fk.FORMATS}
     tuned = fk.tune_launch_shapes(device, [cards[k].architecture for k in models], budget, formats=formats, ctxs=ctxs,
                                   log=run.say, **kw)
     run.results["tuned_launch_shapes"] = tuned
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "tuned_launch_shapes.json").write_text(json.dumps(tuned, indent=1))
     run.say("tuned launch shapes: " + json.dumps({k: tuned[k] for k in ("gemv", "attention", "pdl") if k in tuned}))
-    choice = {k: tuned[k] for k in ("gemv", "gemv_by_hidden", "attention", "pdl", "norm", "source") if k in tuned}
+    choice = {k: tuned[k] for k in ("gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm",
+                                    "norm", "x_fp32", "source") if k in tuned}
     gemvs = {k: v for k, v in choice.items() if k != "attention"}  # the GEMV shapes alone, the table's attention
     run_levers(run, cards, models, [q for q in quants if q in FORMAT_OF], ctxs, device, dtype, copy_Bps, n_dev, n_host,
                variants={"table": {}, "tuned": choice, "tuned GEMVs": gemvs})
@@ -1048,6 +1052,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-budget-s", type=float, default=90, help="tune_launch_shapes' budget (each candidate compiles: 1-2 s)")
     ap.add_argument("--tune-norm", choices=("program", "sum", "apart"), default=None,
                     help="the norm lever to tune every format under (default: the GPU's table entry's, per format)")
+    ap.add_argument("--tune-x-fp32", action="store_true",
+                    help="tune every format with the GEMVs' written inputs in float32 (the lever x_fp32; default: the table's)")
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
     ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
     a = ap.parse_args(argv)
@@ -1116,7 +1122,7 @@ def main(argv=None) -> int:
                          chosen_levers(a.levers, device))
             else:
                 run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
-                         a.tune_budget_s, a.smoke, a.tune_norm)
+                         a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32)
             run.save()
     summary(run)
     run.save()

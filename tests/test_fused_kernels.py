@@ -541,10 +541,11 @@ def test_tune_launch_shapes_returns_what_a_fused_model_takes():
     got = fk.tune_launch_shapes("cpu", [arch], budget_s=60, formats=("dense", "int4"), ctxs=(40,), layers=1,
                                 gemv_candidates={"dense": [(4, 64, 4), (64, 256, 4)], "int4": [(64, 256, 4)]},
                                 attention_candidates=[fk.AttentionConfig(), fk.AttentionConfig(64, 4, 4, 2, False, "in_split")],
-                                norm={"int4": "apart"})
+                                norm={"int4": "apart"}, x_fp32={"int4": True})
     json.dumps(got)
     assert "gemv_by_hidden" not in got  # one width: one choice
     assert got["norm"] == {"int4": "apart"} and fk.resolve(got, "cpu").norm_for("int4") == "apart"  # tuned as the step runs
+    assert got["x_fp32"] == {"int4": True} and fk.resolve(got, "cpu").x_fp32_for("int4", arch["hidden_size"])
     assert set(got["gemv"]) == {"dense", "int4"} and set(got["gemv"]["dense"]) == set(fk.ROLES) and "lm_head" not in got["gemv"]["int4"]
     assert got["gpu"] == "cpu" and got["attention"]["block_t"] in (32, 64, 128) and not got["skipped"]
     net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)

@@ -259,7 +259,8 @@ def _pick(times: dict):
 
 def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=FORMATS, ctxs=(2048, 16384),
                        layers: int | None = None, top: int = 2, gemv_candidates: dict | None = None,
-                       attention_candidates: list | None = None, norm: dict | None = None, log=None) -> dict:
+                       attention_candidates: list | None = None, norm: dict | None = None, x_fp32: dict | None = None,
+                       log=None) -> dict:
     """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
     `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
     `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card of
@@ -269,7 +270,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     `attention_candidates`) per head layout at each of `ctxs`, in the cards' layer counts (or
     `layers`). The GEMVs after a norm run as the step will run them: with the norm lever of `norm`
     ({format: "program" | "sum" | "apart"}; None: the device's table entry's), which the result
-    keeps. Each candidate is checked once against float32 (a wrong one is dropped). What the budget
+    keeps, and their inputs as the lever `x_fp32` has them ({format: true | [card widths]}; None: the
+    table entry's), which the result keeps too. Each candidate is checked once against float32 (a wrong one is dropped). What the budget
     left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
     t0 = time.perf_counter()
     device = torch.device(device)
@@ -278,6 +280,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
     timings, skipped = {"gemv": {}, "attention": {}}, []
     norm = dict(launch_shapes_for(gpu_key_of(device)).norm if norm is None else norm)
+    as_x32 = launch_shapes_for(gpu_key_of(device)).replace(x_fp32=dict(
+        launch_shapes_for(gpu_key_of(device)).x_fp32 if x_fp32 is None else x_fp32))
     chosen, by_hidden = {}, {}
     width = [arch["hidden_size"] for arch in cards]
     lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
@@ -296,12 +300,14 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                     cands = sorted(first, key=first.get)[:top]
                 bench = RoleBench(role, fmt, arch, device, dtype)
                 given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")]  # o, down: unused
+                # an input the step writes (x normalised apart, the MLP's activations), float32 under x_fp32
+                x32 = ((given == "none" and role != "o") or role == "down") and as_x32.x_fp32_for(fmt, arch["hidden_size"])
                 for shape in cands:
                     try:
                         if not bench.error(shape, norm=given) < 5e-2:
                             say(f"tune: {fmt} {role} {shape}: wrong result, dropped")
                             continue
-                        us = graph_us(lambda i: bench.launch(shape, i, norm=given), len(bench.ops), device)
+                        us = graph_us(lambda i: bench.launch(shape, i, norm=given, x_fp32=x32), len(bench.ops), device)
                     except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
                         say(f"tune: {fmt} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
                         continue
@@ -348,7 +354,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     table = launch_shapes_for(gpu_key_of(device))
     pdl = table.pdl and pdl_available(device) is None
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm,
+           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm, "x_fp32": as_x32.x_fp32,
            "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
            "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
                                    for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
