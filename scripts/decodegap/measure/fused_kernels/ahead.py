@@ -190,7 +190,7 @@ def cases(quick: bool) -> dict:
     import torch
 
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, AttentionBench, RoleBench
+    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, AttentionBench, RoleBench, step_writes_input
 
     table = fk.LAUNCH_SHAPES["h200"]
     out = {}
@@ -201,28 +201,25 @@ def cases(quick: bool) -> dict:
                     continue
                 shape = table.gemv_for(fmt, role, arch["hidden_size"])
                 own_norm = NORM_INPUT_OF[table.norm_for(fmt)]  # what the table's norm leaves this role's kernel
-                variants = {"": (shape, own_norm)}
+                # the input as the step has it: float32 where the table has the lever x_fp32 for this format and width
+                table_x32 = step_writes_input(role, own_norm) and table.x_fp32_for(fmt, arch["hidden_size"])
+                variants = {"": (shape, own_norm, table_x32)}  # tag -> (shape, the norm's input, x_fp32)
                 if not quick and role in ("o", "down"):
-                    variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm)
-                # the inputs the step writes (x normalised apart, the MLP's activations): float32 with the lever
-                # x_fp32, as the table has it for this format and width, and with it on
-                writes_input = (own_norm == "none" and role != "o") or role == "down"
-                table_x32 = writes_input and table.x_fp32_for(fmt, arch["hidden_size"])
-                if writes_input and not table_x32:
-                    variants["x fp32 "] = (shape, own_norm)
+                    variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm, table_x32)
+                if step_writes_input(role, own_norm) and not table_x32:
+                    variants["x fp32 "] = (shape, own_norm, True)
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
                     for norm, given in NORM_INPUT_OF.items():
                         if given != own_norm and (not quick or norm in ("program", "apart")):
-                            variants[f"norm {norm} "] = (shape, given)
-                for tag, (sh, norm) in variants.items():
+                            variants[f"norm {norm} "] = (shape, given, False)
+                for tag, (sh, norm, x32) in variants.items():
                     # PDL alone, and with the weight's first PDL_PREFETCH loop steps prefetched before the wait
                     levers = {"": (False, 0), "pdl": (True, 0), "pdl prefetch": (True, PDL_PREFETCH)}
                     if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32")):
                         levers = {"": (False, 0)}
                     for lever, (pdl, pf) in levers.items():
                         out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (
-                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=tag.startswith("x fp32") or (
-                                table_x32 and not tag.startswith("norm")):
+                            lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=x32:
                             RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(
                                 sh, 0, pdl=pdl, norm=norm, prefetch=pf, x_fp32=x32))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])

@@ -105,14 +105,18 @@ def prefetch_programs(programs: int, prefetching: int | None) -> int:
 
 def prefetch_span(weight, steps: int, block: int, pdl: bool) -> dict:
     """The kernels' PF, PF_LINE and ROWW for a row-major `weight` (rows x ROWW stored elements) whose
-    program reads `block` stored elements of a row a loop step: with PDL, its first `steps` loop
-    steps, rounded up to a power of 2 of whole 128-byte lines and at most the row's; PF 0 without
-    PDL or with steps 0 (then nothing is prefetched)."""
-    roww = weight.shape[-1]
-    line = max(1, 128 // weight.element_size())
+    program reads `block` stored elements of a row a loop step (prefetch_elements)."""
+    roww, elem_bytes = weight.shape[-1], weight.element_size()
+    return {"PF": prefetch_elements(roww, elem_bytes, steps, block, pdl), "PF_LINE": max(1, 128 // elem_bytes), "ROWW": roww}
+
+
+def prefetch_elements(span: int, elem_bytes: int, steps: int, block: int, pdl: bool) -> int:
+    """Elements a program prefetches of a run of `span` elements it reads `block` at a time: with PDL,
+    its first `steps` loop steps, rounded up to a power of 2 of whole 128-byte lines and at most the
+    run's; 0 without PDL or with steps 0 (then nothing is prefetched)."""
     if not pdl or steps <= 0:
-        return {"PF": 0, "PF_LINE": line, "ROWW": roww}
-    return {"PF": max(line, min(p2(steps * block), p2(roww))), "PF_LINE": line, "ROWW": roww}
+        return 0
+    return max(max(1, 128 // elem_bytes), min(p2(steps * block), p2(span)))
 
 
 def p2(n: int) -> int:

@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from decodegap.measure.fused_kernels.common import launch_options, p2, pdl_start, prefetch_l2, prefetch_programs, require
+from decodegap.measure.fused_kernels.common import (
+    launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
 from decodegap.measure.fused_kernels.gemv import HeadLayout
 from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
 
@@ -227,7 +228,7 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     cfg, group = plan.config, heads.group
     fused_combine = cfg.combine == "in_split"
     line = max(1, 128 // k_cache.element_size())
-    pf = max(line, min(p2(prefetch_steps * cfg.block_t * d), p2(plan.split * d))) if pdl and prefetch_steps > 0 else 0
+    pf = prefetch_elements(plan.split * d, k_cache.element_size(), prefetch_steps, cfg.block_t * d, pdl)  # of a split's K and V
     _attention_split_kernel[(heads.n_kv, plan.n_splits)](
         q, k_cache, v_cache, position, m, l, acc, out, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching), G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1],
         SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits, CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),

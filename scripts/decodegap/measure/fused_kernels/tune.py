@@ -112,6 +112,13 @@ NORM_INPUTS = ("program", "sum", "none")  # how RoleBench feeds a normed role (q
 NORM_INPUT_OF = {"program": "program", "sum": "sum", "apart": "none"}  # the step's norm lever -> what its GEMV kernels get
 
 
+def step_writes_input(role: str, norm_input: str) -> bool:
+    """Whether the step writes this GEMV role's input itself, so that the lever x_fp32 stores it as
+    float32: x normalised apart (qkv, gate_up, lm_head given "none") and the MLP's activations (down);
+    not the residual stream nor attention's output (o)."""
+    return (norm_input == "none" and role != "o") or role == "down"
+
+
 class RoleBench:
     """One GEMV role of a card, weights stored as `fmt`: inputs, `copies` weights (enough to cycle
     past L2 on a GPU), `launch(shape, i, norm=...)`, `error(shape, norm=...)` (relative L2 against
@@ -279,9 +286,9 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     say = log or (lambda msg: None)
     over = lambda share: time.perf_counter() - t0 > budget_s * share  # noqa: E731
     timings, skipped = {"gemv": {}, "attention": {}}, []
-    norm = dict(launch_shapes_for(gpu_key_of(device)).norm if norm is None else norm)
-    as_x32 = launch_shapes_for(gpu_key_of(device)).replace(x_fp32=dict(
-        launch_shapes_for(gpu_key_of(device)).x_fp32 if x_fp32 is None else x_fp32))
+    table = launch_shapes_for(gpu_key_of(device))
+    norm = dict(table.norm if norm is None else norm)
+    as_x32 = table.replace(x_fp32=dict(table.x_fp32 if x_fp32 is None else x_fp32))  # what the GEMVs are tuned under
     chosen, by_hidden = {}, {}
     width = [arch["hidden_size"] for arch in cards]
     lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
@@ -301,7 +308,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                 bench = RoleBench(role, fmt, arch, device, dtype)
                 given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")]  # o, down: unused
                 # an input the step writes (x normalised apart, the MLP's activations), float32 under x_fp32
-                x32 = ((given == "none" and role != "o") or role == "down") and as_x32.x_fp32_for(fmt, arch["hidden_size"])
+                x32 = step_writes_input(role, given) and as_x32.x_fp32_for(fmt, arch["hidden_size"])
                 for shape in cands:
                     try:
                         if not bench.error(shape, norm=given) < 5e-2:
@@ -351,7 +358,6 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     timings["attention"] = {_key(c): t for c, t in att_times.items()}
     # PDL is a property of the whole step (floor_limit.py's levers measure it), not of a kernel timed
     # alone: the choice keeps the table's, where the device can launch so
-    table = launch_shapes_for(gpu_key_of(device))
     pdl = table.pdl and pdl_available(device) is None
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm, "x_fp32": as_x32.x_fp32,
