@@ -285,7 +285,7 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
                          attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
                                                    combine="separate"),
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01 (benchmarks/floor_limit.py)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/02 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
                          x_fp32=_H200_X_FP32),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
