@@ -89,6 +89,28 @@ def test_command_line_exit_status_and_dry_run(tmp_path):
     assert bad.returncode == 1 and "neither a folder, a data file nor a tar archive" in bad.stderr
 
 
+def test_without_root_it_writes_into_the_checkout_that_holds_the_current_folder(tmp_path):
+    """Run from a subfolder (scripts/), ingest adds to the checkout's results/, not to a second tree
+    beside the code; outside any checkout it refuses and asks for --root, writing nothing."""
+    repo = tmp_path / "repo"
+    (repo / "config").mkdir(parents=True)
+    (repo / "Snakefile").write_text("")
+    (repo / "scripts").mkdir()
+    cell = SMALL_CELLS[0]
+    tar = archive(tmp_path, "a", {raw(cell, 0): session_bytes(cell, 0)})
+    env = {"PATH": "/usr/bin:/bin"}
+    cmd = [sys.executable, "-m", "decodegap.measure.ingest", str(tar)]
+    inside = subprocess.run(cmd, cwd=repo / "scripts", capture_output=True, text=True, env=env)
+    assert inside.returncode == 0, inside.stderr
+    assert f"into {repo}" in inside.stdout and (repo / raw(cell, 0)).is_file()
+    assert not (repo / "scripts" / "results").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outside = subprocess.run(cmd, cwd=elsewhere, capture_output=True, text=True, env=env)
+    assert outside.returncode == 2 and "not inside a decodegap checkout" in outside.stderr and "--root" in outside.stderr
+    assert not (elsewhere / "results").exists()
+
+
 @pytest.mark.parametrize("flag,value", [("--max-rel-stdev", "-1"), ("--max-rel-stdev", "0"), ("--min-samples", "0"),
                                         ("--timed-steps", "0"), ("--min-duration-s", "-0.5")])
 def test_measure_refuses_a_protocol_that_judges_nothing(flag, value, capsys):

@@ -1,6 +1,6 @@
 """Add measured data to a tree from archives, folders or files: what a lent GPU sends back.
 
-    python -m decodegap.measure.ingest sessions.tar.gz [MORE ...] [--root .] [--dry-run]
+    python -m decodegap.measure.ingest sessions.tar.gz [MORE ...] [--root DIR] [--dry-run]
         [--max-session-bytes N] [--max-archive-bytes N]
 
 Every member whose path holds `results/raw/<gpu>/<model>/ctx<ctx>/<cell>/sNN.json` (a session) or
@@ -323,10 +323,21 @@ def ingest(sources, root: str | Path = ".", dry_run: bool = False, say=print, **
     return run.result
 
 
+def project_root(start: Path) -> Path | None:
+    """The decodegap checkout that holds `start` (a folder with a Snakefile and config/), or None.
+    Without --root, ingest writes there, not into whatever folder it was started from: run from
+    scripts/ it once wrote a second results/ tree under scripts/."""
+    for folder in (start, *start.parents):
+        if (folder / "Snakefile").is_file() and (folder / "config").is_dir():
+            return folder
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m decodegap.measure.ingest", description=__doc__.split("\n\n")[0])
     p.add_argument("sources", nargs="+", help="tar archives (.tar, .tar.gz, ...), folders holding results/raw/ trees, or data files")
-    p.add_argument("--root", default=".", help="the repository whose results/ receives the data (default: .)")
+    p.add_argument("--root", help="the repository (or a new folder) whose results/ receives the data (default: the "
+                   "decodegap checkout that holds the current folder)")
     p.add_argument("--dry-run", action="store_true", help="check and report, write nothing")
     p.add_argument("--max-session-bytes", type=int, default=LIMITS.max_bytes, help="largest data file accepted (default: %(default)s)")
     p.add_argument("--max-archive-bytes", type=int, default=MAX_ARCHIVE_BYTES,
@@ -334,6 +345,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.max_session_bytes < 1 or args.max_archive_bytes < 1:
         p.error("the limits must be positive")
+    if args.root is None:
+        args.root = project_root(Path.cwd().resolve())
+        if args.root is None:
+            p.error(f"{Path.cwd()} is not inside a decodegap checkout (no Snakefile and config/ here or above): "
+                    "run ingest from the repository, or name the tree with --root")
+        if args.root != Path.cwd().resolve():
+            print(f"[ingest] into {args.root}, the checkout that holds {Path.cwd()}")
     try:
         result = ingest(args.sources, args.root, args.dry_run, max_session_bytes=args.max_session_bytes,
                         max_archive_bytes=args.max_archive_bytes)
