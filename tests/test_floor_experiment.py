@@ -141,4 +141,49 @@ def test_the_gap_table_takes_the_fused_step_apart_and_a_cell_of_two_code_version
         assert text == numbers[key]["text"], key
     tables.floor_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "f.tex", tmp_path / "f.json")
     tex = (tmp_path / "f.tex").read_text()
-    assert "bf16 fused, sessions of 2 versions of the measured code (sources hash): 00000000" in tex and "11111111" in tex
+    assert "bf16 fused, all of them in the headline; sessions of 2 versions of the measured code (sources hash): 00000000" in tex
+    assert "11111111" in tex
+    assert "newest_code" not in json.loads(stats_file.read_text())  # one session of the newer code: no headline of its own
+
+
+def test_the_fused_step_of_a_cell_spanning_code_versions_is_headlined_by_its_newest_code(tmp_path):
+    """Three sessions of older kernels, then two of newer ones: the floor and gap tables show the newer
+    kernels' two sessions (an interval across kernel versions would measure the change, not the
+    machines), the footnote says what every version gave, the graphed arm keeps all five sessions,
+    and every number recomputes from the raw files."""
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import provenance, synthetic, tables
+
+    gpus = {k: vars(v) for k, v in load_gpus().items()}
+    cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="ab-graphed-fused")
+    records = [synthetic.record(cell, s, 64, np.random.default_rng(s), base_ms=8.0) for s in range(5)]
+    for s, rec in enumerate(records):
+        rec["time"]["started_utc"] = f"2026-01-0{s + 1}T00:00:00+00:00"
+        if s >= 3:  # the newer kernels: a faster fused arm
+            rec["code"]["sources_sha256"] = "1" * 64
+            rec["arms"][1]["timed"]["host_ms"] = [x * 0.8 for x in rec["arms"][1]["timed"]["host_ms"]]
+            rec["arms"][1]["timed"]["device_ms"] = [x * 0.8 for x in rec["arms"][1]["timed"]["device_ms"]]
+        rec["arms"][1]["anatomy"]["kernels"] = [{"name": "_linear_kernel", "calls_per_step": 57.0, "ms_per_step": 1.5},
+                                                {"name": "_attention_split_kernel", "calls_per_step": 28.0, "ms_per_step": 0.2}]
+    stats_file = fixture_cell_stats(tmp_path, cell, records)
+    st = json.loads(stats_file.read_text())
+    newest, completed = st["newest_code"], st["completed"]
+    assert newest["sources_sha256"] == "1" * 64 and newest["arms"]["fused"]["n_sessions"] == 2
+    assert newest["arms"]["fused"]["median_ms"] < 0.9 * completed["arms"]["fused"]["median_ms"]
+    tables.floor_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "f.tex", tmp_path / "f.json")
+    numbers = json.loads((tmp_path / "f.json").read_text())
+    cid = "h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused"
+    fused = numbers[f"floor/ms_per_step/{cid}/fused/newest_code"]
+    assert fused["value"] == pytest.approx(newest["arms"]["fused"]["median_ms"])
+    assert f"floor/ms_per_step/{cid}/fused/completed" not in numbers
+    assert numbers[f"floor/ms_per_step/{cid}/graphed/completed"]["value"] == pytest.approx(completed["arms"]["graphed"]["median_ms"])
+    assert numbers[f"floor/speedup/{cid}/newest_code"]["value"] == pytest.approx(newest["speedup"]["estimate"])
+    tex = (tmp_path / "f.tex").read_text()
+    assert "bf16 fused, the newest code's 2 sessions (11111111) as the headline; sessions of 2 versions" in tex
+    tables.gap_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "g.tex", tmp_path / "g.json")
+    gap = json.loads((tmp_path / "g.json").read_text())
+    assert gap[f"gap/ms_per_step/{cid}/newest_code"]["value"] == pytest.approx(fused["value"])
+    for key, entry in [*numbers.items(), *gap.items()]:
+        if entry.get("value") is not None:
+            assert provenance.recompute(entry)[1] == entry["text"], key

@@ -38,7 +38,7 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
     """{group: {mode: estimate}}, each estimate the arm with the most sessions in the mode's first scope."""
     out: dict[tuple, dict[str, dict]] = {}
     for s in stats_list:
-        for scope in ("host_nominal", "completed"):
+        for scope in ("host_nominal", "newest_code", "completed"):
             for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
                 if not a or arm not in MODES or scope not in SCOPE_ORDER[arm]:
                     continue
@@ -53,8 +53,10 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
 
 
 # op-by-op steps follow the host's speed, so their nominal-host scope comes first; a graph-replayed
-# step (graphed, compiled, fused) does not, and takes every completed session
-SCOPE_ORDER = {m: ("host_nominal", "completed") if m in OP_BY_OP else ("completed",) for m in MODES}
+# step (graphed, compiled, fused) does not, and takes every completed session, except that decodegap's
+# own fused step takes its newest code's sessions where its cell spans versions (stats.NEWEST_CODE)
+SCOPE_ORDER = {m: ("host_nominal", "completed") if m in OP_BY_OP else ("newest_code", "completed") if m == "fused" else ("completed",)
+               for m in MODES}
 
 
 def _rank(est: dict) -> tuple:
@@ -80,7 +82,7 @@ def decompose(by_mode: dict[str, dict]) -> dict:
         "launch_tax_ms": minus(t["static"], t["graphed"]), "cache_framework_ms": minus(t["eager"], t["static"]),
         "kernels_per_step": {m: (by_mode[m]["anatomy"] or {}).get("kernels_per_step") for m in by_mode},
         "attention_host_ms": {m: attention_host_ms(by_mode[m]["anatomy"]) for m in by_mode},
-        "flagged": sorted(m for m, e in by_mode.items() if e["scope"] != SCOPE_ORDER[m][0]),  # op by op without the probe
+        "flagged": sorted(m for m, e in by_mode.items() if m in OP_BY_OP and e["scope"] != SCOPE_ORDER[m][0]),  # op by op without the probe
     }
 
 

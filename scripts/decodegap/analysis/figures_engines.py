@@ -8,7 +8,7 @@ from __future__ import annotations
 import matplotlib.ticker
 
 from decodegap.analysis import style as S
-from decodegap.analysis.tables_common import _cell_id, best_arms, load_stats
+from decodegap.analysis.tables_common import _cell_id, arm_scope, best_arms, load_stats
 from decodegap.analysis.tables_engines import ENGINES, PER_PATH, SCOPE, engine_paths
 from decodegap.core.cells import arms_of
 
@@ -48,7 +48,7 @@ def engines(stats_files, plan_cells: list[dict], gpus: dict, models: dict, outpu
                 if hit is None:
                     ax.text(0.02, y, "not measured", transform=ax.get_yaxis_transform(), va="center", fontsize=6.5, color="0.4")
                     continue
-                a = hit[0][SCOPE]["arms"][arm]
+                a = hit[0][arm_scope(hit[0], arm, SCOPE)]["arms"][arm]
                 if quant == "bf16" and floor_ms is None:
                     floor_ms = a.get("t_floor_ms")  # the bf16 step's floor: the line every row is read against
                 st = S.mode_style(arm)

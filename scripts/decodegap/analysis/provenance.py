@@ -232,7 +232,7 @@ def recompute(entry: dict) -> tuple[float | None, str]:
         from decodegap.analysis.tables import over_bf16_graphed
 
         fresh = {name: recompute_stats(i["stats_file"]) for name, i in entry["inputs"].items()}
-        value = over_bf16_graphed(fresh["cell"], entry["arm"], fresh["bf16"], entry["bf16_arm"])
+        value = over_bf16_graphed(fresh["cell"], entry["arm"], fresh["bf16"], entry["bf16_arm"], scope=entry["inputs"]["cell"]["scope"])
     elif entry["quantity"].startswith("anatomy:"):
         from decodegap.analysis import anatomy
 

@@ -15,7 +15,8 @@
 Scopes: completed (the headline: every session whose timed loop ran to the end, however spread;
 no selection on the outcome), valid (also passing the protocol's stability rule; a session spent
 wholly on a slowed host core passes it, so it selects on the host's state and is reported beside,
-not as, the headline) and host_nominal (below). The sensitivity record gives the estimate and
+not as, the headline) and host_nominal (below); newest_code (a cell whose sessions ran several
+versions of the measured code: the newest version's sessions; see NEWEST_CODE). The sensitivity record gives the estimate and
 interval as the stability limit and the host-nominal factor move.
 
 Host-nominal steps. An op-by-op step is CPU work on one core, so on a host whose core speed changes
@@ -353,6 +354,24 @@ def sensitivity(sessions, steps, completed: set, arms, headline: dict, cfg: Stat
 
 
 SCOPES = ("completed", "valid", "host_nominal")  # the headline first
+# The measured code's newest version in a cell whose completed sessions span several (decodegap's
+# own kernels change between sessions: the fused step): its sessions alone, when there are at least
+# NEWEST_CODE_MIN_SESSIONS of them. The fused step's readers take it as that arm's headline, since an
+# interval across kernel versions measures the changes, not the machines; the others stay on completed.
+NEWEST_CODE = "newest_code"
+NEWEST_CODE_MIN_SESSIONS = 2
+
+
+def newest_code_sessions(listing: list[dict], completed: set) -> tuple[str, set] | None:
+    """(sources hash, session ids) of the newest measured-code version among the completed sessions
+    (the version of the one started last), when they span more than one version and the newest has
+    NEWEST_CODE_MIN_SESSIONS or more; else None."""
+    done = [s for s in listing if s["session"] in completed and s.get("sources_sha256")]
+    if len({s["sources_sha256"] for s in done}) < 2:
+        return None
+    newest = max(done, key=lambda s: (s.get("started_utc") or "", s["session"]))["sources_sha256"]
+    ids = {s["session"] for s in done if s["sources_sha256"] == newest}
+    return (newest, ids) if len(ids) >= NEWEST_CODE_MIN_SESSIONS else None
 
 
 def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dict, cfg: StatsConfig) -> dict:
@@ -388,6 +407,10 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
     nominal, out["host_nominal_rule"] = host_nominal_steps(steps, cfg.host_nominal_factor)
     nominal = nominal[nominal["session"].isin(completed)]
     scopes = [("completed", completed, steps), ("valid", valid_ids, steps), ("host_nominal", set(nominal["session"].unique().tolist()), nominal)]
+    newest = newest_code_sessions(listing, completed)
+    if newest is not None:
+        out[NEWEST_CODE] = {"sources_sha256": newest[0]}
+        scopes.append((NEWEST_CODE, newest[1], steps))
     out["host_blocks"] = host_blocks(steps, cfg) if len(steps) else []
     for scope, ids, scope_steps in scopes:
         if not ids:

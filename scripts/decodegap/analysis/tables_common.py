@@ -212,15 +212,28 @@ def place_notes(notes: list, room: float, rest: float, chars: int = PORTRAIT_CHA
     return [], pages
 
 
+NEWEST_CODE_ARMS = ("fused",)  # arms measuring decodegap's own kernels, whose version changes between sessions
+
+
+def arm_scope(s: dict, arm: str, scope: str = "completed") -> str:
+    """The scope an artifact reads `arm` of the cell `s` from: for decodegap's own fused step, the
+    newest measured-code version's sessions where the cell spans several (stats.NEWEST_CODE), else
+    `scope`. The floor table footnotes what each older version gave."""
+    if arm in NEWEST_CODE_ARMS and ((s.get("newest_code") or {}).get("arms") or {}).get(arm):
+        return "newest_code"
+    return scope
+
+
 def best_arms(cells: list[dict], stats: dict, scope: str = "completed") -> dict:
-    """{(quant, arm): (stats, cell id)}: per weight path and arm, the cell with the most `scope`
-    sessions of that arm (the graphed arm is in every A/B cell against it: one row, from the cell
-    that measured it most; the first such cell on a tie)."""
+    """{(quant, arm): (stats, cell id)}: per weight path and arm, the cell with the most sessions of
+    that arm in the scope it is read from (arm_scope; the graphed arm is in every A/B cell against
+    it: one row, from the cell that measured it most; the first such cell on a tie)."""
     best = {}
     for c in cells:
         s = stats.get(_cell_id(c))
-        for arm, a in (((s or {}).get(scope) or {}).get("arms") or {}).items():
+        for arm in (((s or {}).get(scope) or {}).get("arms") or {}):
+            a = s[arm_scope(s, arm, scope)]["arms"][arm]
             have = best.get((c["quant"], arm))
-            if a and (have is None or a["n_sessions"] > have[0][scope]["arms"][arm]["n_sessions"]):
+            if a and (have is None or a["n_sessions"] > have[0][arm_scope(have[0], arm, scope)]["arms"][arm]["n_sessions"]):
                 best[(c["quant"], arm)] = (s, _cell_id(c))
     return best

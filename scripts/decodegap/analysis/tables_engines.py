@@ -10,7 +10,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from decodegap.analysis.latex import NumberLog, environment
-from decodegap.analysis.tables_common import NOT_MEASURED, PORTRAIT_LINES, _cell_id, _write, best_arms, load_stats, paginate
+from decodegap.analysis.tables_common import NOT_MEASURED, PORTRAIT_LINES, _cell_id, _write, arm_scope, best_arms, load_stats, paginate
 from decodegap.core.cells import OWN_MODEL, arms_of
 
 SCOPE = "completed"
@@ -50,20 +50,21 @@ def engines_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict,
                     rows.append({**row, "reason": NOT_MEASURED})
                     continue
                 s, cid = hit
-                a = s[SCOPE]["arms"][arm]
-                meta = {"cell": s["cell"], "scope": SCOPE, "stats_file": s["_file"], "arm": arm}
+                sc = arm_scope(s, arm, SCOPE)  # the fused step: its newest code's sessions, where the cell spans versions
+                a = s[sc]["arms"][arm]
+                meta = {"cell": s["cell"], "scope": sc, "stats_file": s["_file"], "arm": arm}
                 few = FEW if a["n_sessions"] < 2 or a.get("ci_low_ms") is None else ""
                 any_few = any_few or bool(few)
-                ms = log.num(f"ms_per_step/{cid}/{arm}/{SCOPE}", a["median_ms"], 2, quantity="ms_per_step", **meta)
+                ms = log.num(f"ms_per_step/{cid}/{arm}/{sc}", a["median_ms"], 2, quantity="ms_per_step", **meta)
                 if a.get("ci_low_ms") is not None:
-                    ms = Markup(f"{ms} [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{SCOPE}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
-                                f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{SCOPE}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
+                    ms = Markup(f"{ms} [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{sc}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
+                                f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{sc}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
                 streamed = a.get("streamed_Bps")
                 rows.append({**row, "reason": None, "ms": Markup(f"{ms}{few}"),
-                             "r_floor": log.num(f"r_floor/{cid}/{arm}/{SCOPE}", a["r_floor"], 2, quantity="r_floor", **meta),
-                             "tbps": log.num(f"streamed_TBps/{cid}/{arm}/{SCOPE}", streamed * 1e-12, 2, quantity="streamed_Bps",
+                             "r_floor": log.num(f"r_floor/{cid}/{arm}/{sc}", a["r_floor"], 2, quantity="r_floor", **meta),
+                             "tbps": log.num(f"streamed_TBps/{cid}/{arm}/{sc}", streamed * 1e-12, 2, quantity="streamed_Bps",
                                              scale=1e-12, **meta) if streamed else "--",
-                             "of_copy": log.num(f"streamed_over_copy/{cid}/{arm}/{SCOPE}", a["streamed_over_copy"] * 100, 0,
+                             "of_copy": log.num(f"streamed_over_copy/{cid}/{arm}/{sc}", a["streamed_over_copy"] * 100, 0,
                                                 quantity="streamed_over_copy", scale=100.0, **meta) if a.get("streamed_over_copy") else "--"})
         groups.append({"title": f"{gpus[gpu]['display_name']}, {models[model]['display_name']}, ctx {ctx}", "rows": rows})
     pages = paginate(groups, PORTRAIT_LINES - 16, PORTRAIT_LINES - 4)

@@ -8,7 +8,7 @@ from markupsafe import Markup
 from decodegap.analysis.latex import NumberLog, environment, fmt
 from decodegap.analysis.tables_common import (
     FEW_SESSIONS_NOTE, LANDSCAPE_CHARS, LANDSCAPE_LINES, NOT_MEASURED, PORTRAIT_CHARS, PORTRAIT_LINES, _cannot_run, _cell_id, _family_of, _no_result,
-    _Notes, _reason_of, _write, best_arms, load_stats, paginate, place_notes, room_left, text_lines,
+    _Notes, _reason_of, _write, arm_scope, best_arms, load_stats, paginate, place_notes, room_left, text_lines,
 )
 
 FEW = Markup(r"\textsuperscript{$\dagger$}")
@@ -246,10 +246,11 @@ def versions_text(versions: dict[str, list[float]]) -> str:
     return f"sessions of {len(versions)} versions of the measured code (sources hash): " + "; ".join(parts)
 
 
-def over_bf16_graphed(cell: dict, arm: str, bf16: dict, bf16_arm: str = "graphed") -> float:
-    """A mode's step against the bf16 graphed step of the same GPU, model and context: the ratio of
-    two medians (separate cells, or two arms of one; no paired interval across cells)."""
-    return bf16["completed"]["arms"][bf16_arm]["median_ms"] / cell["completed"]["arms"][arm]["median_ms"]
+def over_bf16_graphed(cell: dict, arm: str, bf16: dict, bf16_arm: str = "graphed", scope: str = "completed") -> float:
+    """A mode's step (from the cell's `scope`) against the bf16 graphed step of the same GPU, model and
+    context (completed): the ratio of two medians (separate cells, or two arms of one; no paired
+    interval across cells)."""
+    return bf16["completed"]["arms"][bf16_arm]["median_ms"] / cell[scope]["arms"][arm]["median_ms"]
 
 
 def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
@@ -279,38 +280,41 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
                     rows.append(row)
                     continue
                 s, cid = hit
-                a = s[scope]["arms"][arm]
-                meta = {"cell": s["cell"], "scope": scope, "stats_file": s["_file"], "arm": arm}
+                sc = arm_scope(s, arm, scope)  # the fused step: its newest code's sessions, where the cell spans versions
+                a = s[sc]["arms"][arm]
+                meta = {"cell": s["cell"], "scope": sc, "stats_file": s["_file"], "arm": arm}
                 few = FEW if a["n_sessions"] < 2 else ""
                 any_few = any_few or bool(few)
                 an = a.get("anatomy") or {}
                 interval = ""
                 if a.get("ci_low_ms") is not None and arm != "graphed":  # the levers' steps with their 95 % interval over machines
-                    interval = Markup(f" [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{scope}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
-                                      f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{scope}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
-                versions = code_versions(s, a)
+                    interval = Markup(f" [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{sc}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
+                                      f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{sc}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
+                versions = code_versions(s, s[scope]["arms"][arm])
                 if len(versions) > 1:  # one cell, several versions of the measured code: say what each gave
-                    interval += Markup(rf"\textsuperscript{{{notes.mark(f'{quant} {arm}, ' + versions_text(versions))}}}")
+                    head = (f"the newest code's {a['n_sessions']} sessions ({s[sc]['sources_sha256'][:8]}) as the headline; "
+                            if sc != scope else "all of them in the headline; ")
+                    interval += Markup(rf"\textsuperscript{{{notes.mark(f'{quant} {arm}, ' + head + versions_text(versions))}}}")
                 streamed = a.get("streamed_Bps")
                 row.update(
-                    ms=Markup(f"{log.num(f'ms_per_step/{cid}/{arm}/{scope}', a['median_ms'], 2, quantity='ms_per_step', **meta)}{few}{interval}"),
-                    tbps=log.num(f"streamed_TBps/{cid}/{arm}/{scope}", streamed * 1e-12, 2, quantity="streamed_Bps", scale=1e-12, **meta)
+                    ms=Markup(f"{log.num(f'ms_per_step/{cid}/{arm}/{sc}', a['median_ms'], 2, quantity='ms_per_step', **meta)}{few}{interval}"),
+                    tbps=log.num(f"streamed_TBps/{cid}/{arm}/{sc}", streamed * 1e-12, 2, quantity="streamed_Bps", scale=1e-12, **meta)
                     if streamed else "--",
-                    of_copy=log.num(f"streamed_over_copy/{cid}/{arm}/{scope}", a["streamed_over_copy"] * 100, 0, quantity="streamed_over_copy",
+                    of_copy=log.num(f"streamed_over_copy/{cid}/{arm}/{sc}", a["streamed_over_copy"] * 100, 0, quantity="streamed_over_copy",
                                     scale=100.0, **meta) if a.get("streamed_over_copy") else "--",
-                    r_floor=log.num(f"r_floor/{cid}/{arm}/{scope}", a["r_floor"], 2, quantity="r_floor", **meta),
-                    kernels=log.num(f"kernels_per_step/{cid}/{arm}/{scope}", an.get("kernels_per_step"), 0, quantity="kernels_per_step", **meta),
-                    busy=log.num(f"gpu_busy_ms_per_step/{cid}/{arm}/{scope}", an.get("gpu_busy_ms_per_step"), 2, quantity="gpu_busy_ms_per_step", **meta),
-                    compile_s=log.num(f"compile_s/{cid}/{arm}/{scope}", a.get("compile_s"), 0, quantity="compile_s", **meta),
+                    r_floor=log.num(f"r_floor/{cid}/{arm}/{sc}", a["r_floor"], 2, quantity="r_floor", **meta),
+                    kernels=log.num(f"kernels_per_step/{cid}/{arm}/{sc}", an.get("kernels_per_step"), 0, quantity="kernels_per_step", **meta),
+                    busy=log.num(f"gpu_busy_ms_per_step/{cid}/{arm}/{sc}", an.get("gpu_busy_ms_per_step"), 2, quantity="gpu_busy_ms_per_step", **meta),
+                    compile_s=log.num(f"compile_s/{cid}/{arm}/{sc}", a.get("compile_s"), 0, quantity="compile_s", **meta),
                     paired="--", over_bf16="--")
-                sp = s[scope].get("speedup") or {}
+                sp = s[sc].get("speedup") or {}
                 if arm != "graphed" and sp.get("of") == arm and sp.get("estimate") is not None:
-                    row["paired"] = log.num(f"speedup/{cid}/{scope}", sp["estimate"], 2, quantity="speedup", cell=s["cell"], scope=scope,
+                    row["paired"] = log.num(f"speedup/{cid}/{sc}", sp["estimate"], 2, quantity="speedup", cell=s["cell"], scope=sc,
                                             stats_file=s["_file"])
                 if base is not None and not (quant == "bf16" and arm == "graphed"):
                     b = base[0]
                     inputs = {"cell": {k: meta[k] for k in ("cell", "scope", "stats_file")}, "bf16": {"cell": b["cell"], "scope": scope, "stats_file": b["_file"]}}
-                    row["over_bf16"] = log.num(f"over_bf16_graphed/{cid}/{arm}/{scope}", over_bf16_graphed(s, arm, b), 2,
+                    row["over_bf16"] = log.num(f"over_bf16_graphed/{cid}/{arm}/{sc}", over_bf16_graphed(s, arm, b, scope=sc), 2,
                                                quantity="floor:over_bf16_graphed", inputs=inputs, bf16_arm="graphed", **meta)
                 rows.append(row)
         who = f"{gpus[gpu_key]['display_name']}, {models[model]['display_name']}"

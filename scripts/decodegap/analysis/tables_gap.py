@@ -10,7 +10,7 @@ read-back)."""
 from __future__ import annotations
 
 from decodegap.analysis.latex import NumberLog, environment
-from decodegap.analysis.tables_common import LANDSCAPE_LINES, _cell_id, _write, load_stats, paginate
+from decodegap.analysis.tables_common import LANDSCAPE_LINES, _cell_id, _write, arm_scope, load_stats, paginate
 
 SCOPE, ARM = "completed", "fused"
 
@@ -38,17 +38,18 @@ def gap_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out
         if "fused" not in c["mode"].split("-")[1:]:
             continue
         s = stats.get(_cell_id(c))
-        a = (((s or {}).get(SCOPE) or {}).get("arms") or {}).get(ARM)
+        sc = arm_scope(s, ARM, SCOPE) if s else SCOPE  # the newest code's sessions, where the cell spans versions
+        a = (((s or {}).get(sc) or {}).get("arms") or {}).get(ARM)
         parts = gap_parts(a) if a else None
         if parts is None:
             continue
         cid = _cell_id(c)
-        meta = {"cell": s["cell"], "arm": ARM, "scope": SCOPE, "stats_file": s["_file"]}
+        meta = {"cell": s["cell"], "arm": ARM, "scope": sc, "stats_file": s["_file"]}
         row = {"path": c["quant"], "ctx": c["ctx"],
-               "ms": log.num(f"ms_per_step/{cid}/{SCOPE}", parts["step"], 2, quantity="ms_per_step", **meta),
-               "tbps": log.num(f"streamed_TBps/{cid}/{SCOPE}", a["streamed_Bps"] * 1e-12, 2, quantity="streamed_Bps", scale=1e-12, **meta)}
+               "ms": log.num(f"ms_per_step/{cid}/{sc}", parts["step"], 2, quantity="ms_per_step", **meta),
+               "tbps": log.num(f"streamed_TBps/{cid}/{sc}", a["streamed_Bps"] * 1e-12, 2, quantity="streamed_Bps", scale=1e-12, **meta)}
         for part in ("gemv", "gemv_at_copy", "attention", "attention_at_copy", "other", "outside"):
-            row[part] = log.num(f"{part}_ms/{cid}/{SCOPE}", parts[part], 3, quantity=f"gap:{part}", **meta)
+            row[part] = log.num(f"{part}_ms/{cid}/{sc}", parts[part], 3, quantity=f"gap:{part}", **meta)
         title = f"{gpus[c['gpu']]['display_name']}, {models[c['model']]['display_name']}"
         groups.setdefault((c["gpu"], c["model"]), {"title": title, "rows": []})["rows"].append(row)
     for g in groups.values():
