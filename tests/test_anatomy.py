@@ -30,7 +30,23 @@ def test_summary_counts_kernels_and_names_host_operators():
     assert s["kernels_per_step"] == 1.5 and s["gpu_busy_ms_per_step"] == pytest.approx(0.045)
     assert [o["name"] for o in s["host_ops"]] == ["aten::scaled_dot_product_attention", "aten::linear"]  # aten level only
     assert s["host_ops"][0]["cpu_total_ms_per_step"] == pytest.approx(0.7)
-    assert s["kernels"][0] == {"name": "gemv", "calls_per_step": 1.0, "ms_per_step": pytest.approx(0.04)}
+    assert s["kernels"][0] == {"name": "gemv", "calls_per_step": 1.0, "ms_per_step": pytest.approx(0.04), "exclusive_ms_per_step": pytest.approx(0.04)}
+    # flash_fwd started inside the first gemv: only the 10 us after it are its own
+    assert s["kernels"][1]["ms_per_step"] == pytest.approx(0.01) and s["kernels"][1]["exclusive_ms_per_step"] == pytest.approx(0.005)
+    assert sum(k["exclusive_ms_per_step"] for k in s["kernels"]) == pytest.approx(s["gpu_busy_ms_per_step"])
+
+
+def test_kernels_launched_early_under_pdl_are_credited_only_after_the_kernel_before():
+    """Programmatic dependent launch: each kernel starts while the one before still runs and waits
+    inside it. Its profiler time counts the wait (the sum passes the busy time); its exclusive time
+    does not, and the exclusive times add up to the busy time; a gap between kernels is nobody's."""
+    from decodegap.measure.anatomy import _exclusive_us
+
+    pdl = [(0, 100, "gemv"), (80, 130, "norm"), (90, 200, "gemv"), (195, 210, "attention"), (250, 260, "argmax")]
+    own = _exclusive_us(pdl)
+    assert own == {"gemv": pytest.approx(100 + 70), "norm": pytest.approx(30), "attention": pytest.approx(10), "argmax": pytest.approx(10)}
+    assert sum(own.values()) / 1e3 == pytest.approx(_busy_ms([(a, b) for a, b, _ in pdl]))
+    assert sum(b - a for a, b, _ in pdl) > sum(own.values())  # what the profiler's per-kernel times would add up to
 
 
 def _est(ms, scope="completed", n=2, busy=None):

@@ -187,3 +187,40 @@ def test_the_fused_step_of_a_cell_spanning_code_versions_is_headlined_by_its_new
     for key, entry in [*numbers.items(), *gap.items()]:
         if entry.get("value") is not None:
             assert provenance.recompute(entry)[1] == entry["text"], key
+
+
+def test_the_gap_table_splits_the_busy_time_only_with_kernel_times_that_add_up(tmp_path):
+    """Under programmatic dependent launch the profiler's per-kernel times overlap (a kernel waits
+    inside the one before): without the exclusive times a session records from 2026-12-02 on, the GEMV,
+    attention and other columns stay empty rather than go negative; with them, they split the busy time."""
+    from conftest import fixture_cell_stats, fixture_models
+
+    from decodegap.analysis import synthetic, tables
+
+    gpus = {k: vars(v) for k, v in load_gpus().items()}
+    cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="ab-graphed-fused")
+    cid = "h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused"
+    for exclusive in (False, True):
+        records = [synthetic.record(cell, s, 64, np.random.default_rng(s), base_ms=8.0) for s in range(2)]
+        for rec in records:
+            an = rec["arms"][1]["anatomy"]
+            busy = an["gpu_busy_ms_per_step"]
+            an["kernels"] = [{"name": "_gate_up_kernel", "calls_per_step": 28.0, "ms_per_step": 0.6 * busy},
+                             {"name": "_add_norm_kernel", "calls_per_step": 57.0, "ms_per_step": 0.4 * busy},  # mostly waiting
+                             {"name": "_attention_split_kernel", "calls_per_step": 28.0, "ms_per_step": 0.3 * busy}]
+            if exclusive:
+                for k, share in zip(an["kernels"], (0.7, 0.2, 0.1)):
+                    k["exclusive_ms_per_step"] = share * busy
+        out = tmp_path / f"x{exclusive}"
+        out.mkdir()
+        stats_file = fixture_cell_stats(out, cell, records)
+        tables.gap_table([stats_file], [cell], gpus, fixture_models(), out / "g.tex", out / "g.json")
+        numbers = json.loads((out / "g.json").read_text())
+        busy = json.loads(stats_file.read_text())["completed"]["arms"]["fused"]["anatomy"]["gpu_busy_ms_per_step"]
+        assert numbers[f"gap/outside_ms/{cid}/completed"]["value"] is not None
+        if exclusive:
+            gemv, other = numbers[f"gap/gemv_ms/{cid}/completed"], numbers[f"gap/other_ms/{cid}/completed"]
+            assert gemv["value"] == pytest.approx(0.7 * busy, rel=0.05) and other["value"] == pytest.approx(0.2 * busy, rel=0.1)
+        else:  # no number at all: the row's three parts print as --
+            assert not {f"gap/{q}_ms/{cid}/completed" for q in ("gemv", "attention", "other")} & numbers.keys()
+            assert "& -- & " in (out / "g.tex").read_text()

@@ -179,10 +179,14 @@ def arm_anatomy(rows: pd.DataFrame, top: int = 8) -> dict | None:
           "cpu_self_ms_per_step": float(np.median([o["cpu_self_ms_per_step"] for o in v]))} for name, v in ops.items()),
         key=lambda o: -o["cpu_total_ms_per_step"])[:top]
     busy = rows["gpu_busy_ms_per_step"].dropna()
-    classes = [kernel_classes(json.loads(text)) for text in rows["kernels_json"].dropna()]
+    listed = rows[rows["kernels_json"].notna()]
+    kernels = [json.loads(text) for text in listed["kernels_json"]]
+    classes = [kernel_classes(k) for k in kernels]
+    overlap = any(kernels_overlap(k, None if pd.isna(b) else float(b)) for k, b in zip(kernels, listed["gpu_busy_ms_per_step"]))
     return {"n_sessions": int(rows["session"].nunique()), "kernels_per_step": float(rows["kernels_per_step"].median()),
             "gpu_busy_ms_per_step": float(busy.median()) if len(busy) else None, "host_ops": host_ops,
-            "kernel_ms_per_step": {c: float(np.median([k[c] for k in classes])) for c in KERNEL_CLASSES} if classes else None}
+            "kernel_ms_per_step": {c: float(np.median([k[c] for k in classes])) for c in KERNEL_CLASSES} if classes else None,
+            "kernels_overlap": overlap}
 
 
 # A step's kernels by what they do, from their names (the fused step's Triton kernels; cuBLAS's,
@@ -202,9 +206,21 @@ def kernel_classes(kernels: list[dict]) -> dict[str, float]:
     for k in kernels:
         for cls in ("attention", "gemv"):  # attention first: a flash kernel's name may hold "gemm"
             if re.search(_CLASS_PATTERNS[cls], k["name"], re.IGNORECASE):
-                out[cls] += float(k["ms_per_step"])
+                out[cls] += float(k.get("exclusive_ms_per_step", k["ms_per_step"]))
                 break
     return out
+
+
+OVERLAP_TOLERANCE = 0.02  # listed kernels' summed time over the busy time beyond which they overlap
+
+
+def kernels_overlap(kernels: list[dict], busy_ms: float | None) -> bool:
+    """Whether a session's per-kernel times cannot be added up: it lacks exclusive times (records
+    before 2026-12-02) and its listed kernels' profiler times sum to more than its busy time, so
+    kernels ran overlapped (programmatic dependent launch: a kernel waits inside the one before)."""
+    if busy_ms is None or all("exclusive_ms_per_step" in k for k in kernels):
+        return False
+    return sum(float(k["ms_per_step"]) for k in kernels) > busy_ms * (1 + OVERLAP_TOLERANCE)
 
 
 def _session_list(sessions: pd.DataFrame) -> list[dict]:
