@@ -92,7 +92,10 @@ def test_python_module_commands_the_readme_gives_exist():
 
 
 def engine_ms(numbers, card, ctx, cell, arm):
-    return float(numbers[f"engines/ms_per_step/h200/{card}/ctx{ctx}/sdpa_{cell}/{arm}/completed"])
+    """The engines table's ms/step of an arm: the fused step's from its newest code where its cell spans
+    versions (tables_common.arm_scope), every other from the completed sessions."""
+    key = f"engines/ms_per_step/h200/{card}/ctx{ctx}/sdpa_{cell}/{arm}"
+    return float(numbers.get(f"{key}/newest_code") or numbers[f"{key}/completed"])
 
 
 ENGINE_CELLS = [(card, ctx) for card in ("qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b") for ctx in (2048, 16384)]
