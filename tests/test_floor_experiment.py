@@ -181,6 +181,7 @@ def test_the_fused_step_of_a_cell_spanning_code_versions_is_headlined_by_its_new
     assert numbers[f"floor/speedup/{cid}/newest_code"]["value"] == pytest.approx(newest["speedup"]["estimate"])
     tex = (tmp_path / "f.tex").read_text()
     assert "bf16 fused, the newest code's 2 sessions (11111111) as the headline; sessions of 2 versions" in tex
+    assert "(per version, the median of its sessions' medians)" in tex
     tables.gap_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "g.tex", tmp_path / "g.json")
     gap = json.loads((tmp_path / "g.json").read_text())
     assert gap[f"gap/ms_per_step/{cid}/newest_code"]["value"] == pytest.approx(fused["value"])

@@ -239,11 +239,12 @@ def code_versions(stats: dict, arm_stats: dict) -> dict[str, list[float]]:
 
 
 def versions_text(versions: dict[str, list[float]]) -> str:
-    """'sessions of 2 versions of the measured code (sources hash): 5ae125a1 4.51 ms (1 session); ...'."""
+    """'sessions of 2 versions of the measured code (sources hash): 5ae125a1 4.51 ms (1 session); ... (per version, the median of its sessions' medians)'."""
     import statistics
 
     parts = [f"{v} {statistics.median(ms):.2f} ms ({len(ms)} session{'s' if len(ms) > 1 else ''})" for v, ms in versions.items()]
-    return f"sessions of {len(versions)} versions of the measured code (sources hash): " + "; ".join(parts)
+    return (f"sessions of {len(versions)} versions of the measured code (sources hash): " + "; ".join(parts)
+            + " (per version, the median of its sessions' medians)")
 
 
 def over_bf16_graphed(cell: dict, arm: str, bf16: dict, bf16_arm: str = "graphed", scope: str = "completed") -> float:
