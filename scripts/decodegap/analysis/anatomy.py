@@ -25,7 +25,7 @@ inputs were not measured is None.
 from __future__ import annotations
 
 from decodegap.core.cells import MODE_NAMES as MODES
-from decodegap.core.cells import OP_BY_OP
+from decodegap.core.cells import NEWEST_CODE, OP_BY_OP, OWN_KERNELS
 PARTS = ("floor_ms", "kernel_inefficiency_ms", "graph_gaps_ms", "launch_tax_ms", "cache_framework_ms")
 ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
 
@@ -38,7 +38,7 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
     """{group: {mode: estimate}}, each estimate the arm with the most sessions in the mode's first scope."""
     out: dict[tuple, dict[str, dict]] = {}
     for s in stats_list:
-        for scope in ("host_nominal", "newest_code", "completed"):
+        for scope in ("host_nominal", NEWEST_CODE, "completed"):
             for arm, a in ((s.get(scope) or {}).get("arms") or {}).items():
                 if not a or arm not in MODES or scope not in SCOPE_ORDER[arm]:
                     continue
@@ -54,8 +54,8 @@ def estimates(stats_list: list[dict]) -> dict[tuple, dict[str, dict]]:
 
 # op-by-op steps follow the host's speed, so their nominal-host scope comes first; a graph-replayed
 # step (graphed, compiled, fused) does not, and takes every completed session, except that decodegap's
-# own fused step takes its newest code's sessions where its cell spans versions (stats.NEWEST_CODE)
-SCOPE_ORDER = {m: ("host_nominal", "completed") if m in OP_BY_OP else ("newest_code", "completed") if m == "fused" else ("completed",)
+# own kernels take their newest code's sessions where their cell spans versions (NEWEST_CODE)
+SCOPE_ORDER = {m: ("host_nominal", "completed") if m in OP_BY_OP else (NEWEST_CODE, "completed") if m in OWN_KERNELS else ("completed",)
                for m in MODES}
 
 

@@ -40,7 +40,7 @@ from decodegap.analysis import hostmodel
 from decodegap.analysis.bootstrap import (  # noqa: F401 - the statistics' public names, as callers import them
     ESTIMATORS, LEVELS, StatsConfig, hierarchical_bootstrap_medians, interval, median_with_ci, n_units, no_interval_reason,
     session_counts, speedup_estimates, speedup_with_ci, variance_components)
-from decodegap.core.cells import LAYER_ARMS, OP_BY_OP
+from decodegap.core.cells import LAYER_ARMS, NEWEST_CODE, OP_BY_OP
 from decodegap.core.floor import MemoryFloor
 from decodegap.core.record import SampleIndex
 
@@ -370,11 +370,10 @@ def sensitivity(sessions, steps, completed: set, arms, headline: dict, cfg: Stat
 
 
 SCOPES = ("completed", "valid", "host_nominal")  # the headline first
-# The measured code's newest version in a cell whose completed sessions span several (decodegap's
-# own kernels change between sessions: the fused step): its sessions alone, when there are at least
-# NEWEST_CODE_MIN_SESSIONS of them. The fused step's readers take it as that arm's headline, since an
-# interval across kernel versions measures the changes, not the machines; the others stay on completed.
-NEWEST_CODE = "newest_code"
+# The scope NEWEST_CODE: the measured code's newest version in a cell whose completed sessions span
+# several, its sessions alone, when there are at least NEWEST_CODE_MIN_SESSIONS of them. The readers of
+# decodegap's own kernels (core.cells.OWN_KERNELS) take it as that arm's headline, since an interval
+# across kernel versions measures the changes, not the machines; the others stay on completed.
 NEWEST_CODE_MIN_SESSIONS = 2
 
 

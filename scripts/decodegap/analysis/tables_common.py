@@ -21,6 +21,7 @@ from pathlib import Path
 from markupsafe import Markup
 
 from decodegap.analysis.latex import NumberLog
+from decodegap.core.cells import NEWEST_CODE, OWN_KERNELS
 
 NOT_MEASURED = "not measured"
 SCOPES = ("completed", "valid", "host_nominal")  # stats.py's scopes, in the order the tables list them
@@ -212,15 +213,12 @@ def place_notes(notes: list, room: float, rest: float, chars: int = PORTRAIT_CHA
     return [], pages
 
 
-NEWEST_CODE_ARMS = ("fused",)  # arms measuring decodegap's own kernels, whose version changes between sessions
-
-
 def arm_scope(s: dict, arm: str, scope: str = "completed") -> str:
-    """The scope an artifact reads `arm` of the cell `s` from: for decodegap's own fused step, the
-    newest measured-code version's sessions where the cell spans several (stats.NEWEST_CODE), else
+    """The scope an artifact reads `arm` of the cell `s` from: for decodegap's own kernels (OWN_KERNELS),
+    the newest measured-code version's sessions where the cell spans several (NEWEST_CODE), else
     `scope`. The floor table footnotes what each older version gave."""
-    if arm in NEWEST_CODE_ARMS and ((s.get("newest_code") or {}).get("arms") or {}).get(arm):
-        return "newest_code"
+    if arm in OWN_KERNELS and ((s.get(NEWEST_CODE) or {}).get("arms") or {}).get(arm):
+        return NEWEST_CODE
     return scope
 
 

@@ -8,8 +8,9 @@ from markupsafe import Markup
 from decodegap.analysis.latex import NumberLog, environment, fmt
 from decodegap.analysis.tables_common import (
     FEW_SESSIONS_NOTE, LANDSCAPE_CHARS, LANDSCAPE_LINES, NOT_MEASURED, PORTRAIT_CHARS, PORTRAIT_LINES, _cannot_run, _cell_id, _family_of, _no_result,
-    NEWEST_CODE_ARMS, _Notes, _reason_of, _write, arm_scope, best_arms, load_stats, paginate, place_notes, room_left, text_lines,
+    _Notes, _reason_of, _write, arm_scope, best_arms, load_stats, paginate, place_notes, room_left, text_lines,
 )
+from decodegap.core.cells import OWN_KERNELS
 
 FEW = Markup(r"\textsuperscript{$\dagger$}")
 
@@ -291,7 +292,7 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
                 if a.get("ci_low_ms") is not None and arm != "graphed":  # the levers' steps with their 95 % interval over machines
                     interval = Markup(f" [{log.num(f'ms_per_step_ci_low/{cid}/{arm}/{sc}', a['ci_low_ms'], 2, quantity='ms_per_step_ci_low', **meta)}, "
                                       f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{sc}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
-                versions = code_versions(s, s[scope]["arms"][arm]) if arm in NEWEST_CODE_ARMS else {}
+                versions = code_versions(s, s[scope]["arms"][arm]) if arm in OWN_KERNELS else {}
                 if len(versions) > 1:  # decodegap's own kernels in several versions in one cell: say what each gave
                     head = (f"the newest code's {a['n_sessions']} sessions ({s[sc]['sources_sha256'][:8]}) as the headline; "
                             if sc != scope else "all of them in the headline; ")

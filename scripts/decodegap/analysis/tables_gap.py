@@ -23,12 +23,12 @@ def gap_parts(a: dict) -> dict | None:
     copy = a.get("copy_bandwidth_Bps")
     if not k or busy is None or not copy:
         return None
-    # kernels that ran overlapped, timed without their exclusive share (stats.kernels_overlap): their
-    # times do not split the busy time, so the GEMV, attention and other columns stay empty
-    split = not an.get("kernels_overlap")
-    return {"step": a["median_ms"], "gemv": k["gemv"] if split else None, "gemv_at_copy": a["weight_bytes_no_embedding"] / copy * 1e3,
-            "attention": k["attention"] if split else None, "attention_at_copy": a["kv_bytes"] / copy * 1e3,
-            "other": busy - k["gemv"] - k["attention"] if split else None, "outside": a["median_ms"] - busy}
+    parts = {"step": a["median_ms"], "gemv": k["gemv"], "gemv_at_copy": a["weight_bytes_no_embedding"] / copy * 1e3,
+             "attention": k["attention"], "attention_at_copy": a["kv_bytes"] / copy * 1e3,
+             "other": busy - k["gemv"] - k["attention"], "outside": a["median_ms"] - busy}
+    if an.get("kernels_overlap"):  # overlapped kernels without their exclusive times (stats.kernels_overlap) split nothing
+        parts.update(gemv=None, attention=None, other=None)
+    return parts
 
 
 def gap_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
