@@ -110,7 +110,9 @@ def test_a_path_that_does_not_compose_is_a_config_error_naming_the_key():
 def test_the_gap_table_takes_the_fused_step_apart_and_a_cell_of_two_code_versions_says_so(tmp_path):
     """GEMV and attention kernels (from the profiler pass) beside the same bytes at the copy
     bandwidth, the other kernels, the step outside the GPU's busy time; each recomputable. A cell
-    whose sessions ran two versions of the measured code says what each gave, in the floor table."""
+    whose sessions ran two versions of the measured code says what each gave, in the floor table; a
+    newer version with one session waits (the older version's two are the headline), and with one
+    session of each, all of them are."""
     from conftest import fixture_cell_stats, fixture_models
 
     from decodegap.analysis import provenance, synthetic, tables
@@ -126,24 +128,33 @@ def test_the_gap_table_takes_the_fused_step_apart_and_a_cell_of_two_code_version
                             {"name": "void at::native::reduce_kernel<argmax>", "calls_per_step": 1.0, "ms_per_step": 0.01}]
     records[2]["code"]["sources_sha256"] = "1" * 64  # a session of newer kernels
     stats_file = fixture_cell_stats(tmp_path, cell, records)
+    st = json.loads(stats_file.read_text())
+    assert st["newest_code"]["sources_sha256"] == records[0]["code"]["sources_sha256"]  # one session of the newer code: it waits
+    assert st["newest_code"]["arms"]["fused"]["n_sessions"] == 2
     tables.gap_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "g.tex", tmp_path / "g.json")
     numbers = json.loads((tmp_path / "g.json").read_text())
-    a = json.loads(stats_file.read_text())["completed"]["arms"]["fused"]
+    a = st["newest_code"]["arms"]["fused"]
     cid = "h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused"
-    assert numbers[f"gap/gemv_ms/{cid}/completed"]["value"] == pytest.approx(3.5)
-    assert numbers[f"gap/attention_ms/{cid}/completed"]["value"] == pytest.approx(0.2)
-    assert numbers[f"gap/gemv_at_copy_ms/{cid}/completed"]["value"] == pytest.approx(a["weight_bytes_no_embedding"] / a["copy_bandwidth_Bps"] * 1e3)
+    assert numbers[f"gap/gemv_ms/{cid}/newest_code"]["value"] == pytest.approx(3.5)
+    assert numbers[f"gap/attention_ms/{cid}/newest_code"]["value"] == pytest.approx(0.2)
+    assert numbers[f"gap/gemv_at_copy_ms/{cid}/newest_code"]["value"] == pytest.approx(a["weight_bytes_no_embedding"] / a["copy_bandwidth_Bps"] * 1e3)
     busy = a["anatomy"]["gpu_busy_ms_per_step"]
-    assert numbers[f"gap/other_ms/{cid}/completed"]["value"] == pytest.approx(busy - 3.7)
-    assert numbers[f"gap/outside_ms/{cid}/completed"]["value"] == pytest.approx(a["median_ms"] - busy)
-    for key in (f"gap/gemv_ms/{cid}/completed", f"gap/outside_ms/{cid}/completed", f"gap/gemv_at_copy_ms/{cid}/completed"):
+    assert numbers[f"gap/other_ms/{cid}/newest_code"]["value"] == pytest.approx(busy - 3.7)
+    assert numbers[f"gap/outside_ms/{cid}/newest_code"]["value"] == pytest.approx(a["median_ms"] - busy)
+    for key in (f"gap/gemv_ms/{cid}/newest_code", f"gap/outside_ms/{cid}/newest_code", f"gap/gemv_at_copy_ms/{cid}/newest_code"):
         value, text = provenance.recompute(numbers[key])
         assert text == numbers[key]["text"], key
     tables.floor_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "f.tex", tmp_path / "f.json")
     tex = (tmp_path / "f.tex").read_text()
-    assert "bf16 fused, all of them in the headline; sessions of 2 versions of the measured code (sources hash): 00000000" in tex
-    assert "11111111" in tex
-    assert "newest_code" not in json.loads(stats_file.read_text())  # one session of the newer code: no headline of its own
+    old = records[0]["code"]["sources_sha256"][:8]
+    assert f"bf16 fused, the 2 sessions of the newest code with two or more ({old}) as the headline; sessions of 2 versions" in tex
+    assert "11111111 " in tex
+    two = [synthetic.record(cell, s, 64, np.random.default_rng(s), base_ms=8.0) for s in range(2)]
+    two[1]["code"]["sources_sha256"] = "1" * 64
+    one_each = fixture_cell_stats(tmp_path / "one_each", cell, two)
+    assert "newest_code" not in json.loads(one_each.read_text())  # no version with two sessions: all of them are the headline
+    tables.floor_table([one_each], [cell], gpus, fixture_models(), tmp_path / "f1.tex", tmp_path / "f1.json")
+    assert "bf16 fused, all of them in the headline; sessions of 2 versions of the measured code" in (tmp_path / "f1.tex").read_text()
 
 
 def test_the_fused_step_of_a_cell_spanning_code_versions_is_headlined_by_its_newest_code(tmp_path):
@@ -180,7 +191,7 @@ def test_the_fused_step_of_a_cell_spanning_code_versions_is_headlined_by_its_new
     assert numbers[f"floor/ms_per_step/{cid}/graphed/completed"]["value"] == pytest.approx(completed["arms"]["graphed"]["median_ms"])
     assert numbers[f"floor/speedup/{cid}/newest_code"]["value"] == pytest.approx(newest["speedup"]["estimate"])
     tex = (tmp_path / "f.tex").read_text()
-    assert "bf16 fused, the newest code's 2 sessions (11111111) as the headline; sessions of 2 versions" in tex
+    assert "bf16 fused, the 2 sessions of the newest code with two or more (11111111) as the headline; sessions of 2 versions" in tex
     assert "(per version, the median of its sessions' medians)" in tex
     tables.gap_table([stats_file], [cell], gpus, fixture_models(), tmp_path / "g.tex", tmp_path / "g.json")
     gap = json.loads((tmp_path / "g.json").read_text())

@@ -296,9 +296,10 @@ def test_a_gpu_seen_before_and_after_boot_ids_is_one_machine():
     assert machine_labels(sessions, [0, 1, 2, 3]) == ["GPU-a", "GPU-a", "GPU-b/boot-2", "GPU-b/boot-3"]
 
 
-def test_newest_code_is_the_version_of_the_session_started_last_with_two_sessions_or_more():
+def test_newest_code_is_the_newest_version_with_two_sessions_or_more():
     """The fused step's headline scope: the newest measured-code version (by start time, not by session
-    number), only where the completed sessions span versions and it has at least two of them."""
+    number) among those with at least two completed sessions, only where the completed sessions span
+    versions; a newer version with one session is never pooled with the older code."""
     from decodegap.analysis.stats import newest_code_sessions
 
     def listing(*rows):
@@ -307,7 +308,8 @@ def test_newest_code_is_the_version_of_the_session_started_last_with_two_session
     old, new = "a" * 64, "b" * 64
     two_new = listing((old, "2026-01-01"), (new, "2026-01-03"), (old, "2026-01-02"), (new, "2026-01-04"))
     assert newest_code_sessions(two_new, {0, 1, 2, 3}) == (new, {1, 3})
-    assert newest_code_sessions(two_new, {0, 1, 2}) is None  # one completed session of the newer code
+    assert newest_code_sessions(two_new, {0, 1, 2}) == (old, {0, 2})  # one completed session of the newer code: it waits
+    assert newest_code_sessions(two_new, {0, 1}) is None  # no version with two: completed is the headline
     assert newest_code_sessions(listing((old, "1"), (old, "2")), {0, 1}) is None  # one version: completed is the headline
     late_old = listing((new, "2026-01-01"), (new, "2026-01-02"), (old, "2026-01-05"), (old, "2026-01-06"))
     assert newest_code_sessions(late_old, {0, 1, 2, 3}) == (old, {2, 3})  # the order sessions started in, not their numbers

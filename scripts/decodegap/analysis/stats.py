@@ -16,7 +16,7 @@ Scopes: completed (the headline: every session whose timed loop ran to the end, 
 no selection on the outcome), valid (also passing the protocol's stability rule; a session spent
 wholly on a slowed host core passes it, so it selects on the host's state and is reported beside,
 not as, the headline) and host_nominal (below); newest_code (a cell whose sessions ran several
-versions of the measured code: the newest version's sessions; see NEWEST_CODE). The sensitivity record gives the estimate and
+versions of the measured code: the newest version with two or more sessions; see NEWEST_CODE). The sensitivity record gives the estimate and
 interval as the stability limit and the host-nominal factor move.
 
 Host-nominal steps. An op-by-op step is CPU work on one core, so on a host whose core speed changes
@@ -370,23 +370,29 @@ def sensitivity(sessions, steps, completed: set, arms, headline: dict, cfg: Stat
 
 
 SCOPES = ("completed", "valid", "host_nominal")  # the headline first
-# The scope NEWEST_CODE: the measured code's newest version in a cell whose completed sessions span
-# several, its sessions alone, when there are at least NEWEST_CODE_MIN_SESSIONS of them. The readers of
-# decodegap's own kernels (core.cells.OWN_KERNELS) take it as that arm's headline, since an interval
-# across kernel versions measures the changes, not the machines; the others stay on completed.
+# The scope NEWEST_CODE: in a cell whose completed sessions span several versions of the measured code,
+# the sessions of the newest version that has at least NEWEST_CODE_MIN_SESSIONS of them (versions ordered
+# by their last session's start). A newer version with fewer sessions waits, footnoted by the floor table,
+# rather than being pooled with older code. The readers of decodegap's own kernels (core.cells.OWN_KERNELS)
+# take it as that arm's headline, since an interval across kernel versions measures the changes, not the
+# machines; the others stay on completed.
 NEWEST_CODE_MIN_SESSIONS = 2
 
 
 def newest_code_sessions(listing: list[dict], completed: set) -> tuple[str, set] | None:
-    """(sources hash, session ids) of the newest measured-code version among the completed sessions
-    (the version of the one started last), when they span more than one version and the newest has
-    NEWEST_CODE_MIN_SESSIONS or more; else None."""
-    done = [s for s in listing if s["session"] in completed and s.get("sources_sha256")]
-    if len({s["sources_sha256"] for s in done}) < 2:
+    """(sources hash, session ids) of the newest measured-code version with NEWEST_CODE_MIN_SESSIONS or
+    more completed sessions, when the completed sessions span more than one version; else None."""
+    by_version: dict[str, list[dict]] = {}
+    for s in listing:
+        if s["session"] in completed and s.get("sources_sha256"):
+            by_version.setdefault(s["sources_sha256"], []).append(s)
+    if len(by_version) < 2:
         return None
-    newest = max(done, key=lambda s: (s.get("started_utc") or "", s["session"]))["sources_sha256"]
-    ids = {s["session"] for s in done if s["sources_sha256"] == newest}
-    return (newest, ids) if len(ids) >= NEWEST_CODE_MIN_SESSIONS else None
+    last_start = {v: max((s.get("started_utc") or "", s["session"]) for s in ss) for v, ss in by_version.items()}
+    for version in sorted(by_version, key=last_start.get, reverse=True):
+        if len(by_version[version]) >= NEWEST_CODE_MIN_SESSIONS:
+            return version, {s["session"] for s in by_version[version]}
+    return None
 
 
 def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dict, cfg: StatsConfig) -> dict:

@@ -294,7 +294,7 @@ def floor_table(stats_files, plan_cells: list[dict], gpus: dict, models: dict, o
                                       f"{log.num(f'ms_per_step_ci_high/{cid}/{arm}/{sc}', a['ci_high_ms'], 2, quantity='ms_per_step_ci_high', **meta)}]")
                 versions = code_versions(s, s[scope]["arms"][arm]) if arm in OWN_KERNELS else {}
                 if len(versions) > 1:  # decodegap's own kernels in several versions in one cell: say what each gave
-                    head = (f"the newest code's {a['n_sessions']} sessions ({s[sc]['sources_sha256'][:8]}) as the headline; "
+                    head = (f"the {a['n_sessions']} sessions of the newest code with two or more ({s[sc]['sources_sha256'][:8]}) as the headline; "
                             if sc != scope else "all of them in the headline; ")
                     interval += Markup(rf"\textsuperscript{{{notes.mark(f'{quant} {arm}, ' + head + versions_text(versions))}}}")
                 streamed = a.get("streamed_Bps")

@@ -158,7 +158,7 @@ PAPER_MODES = ("eager", "static", "graphed")  # the paper's ladder; compiled and
 OP_BY_OP = ("eager", "static")  # modes whose steps the host launches kernel by kernel
 # Modes that run decodegap's own kernels, whose code changes between sessions of one cell: where a
 # cell's sessions span versions of the measured code, their arm is read from the statistics' scope
-# NEWEST_CODE (the newest version's sessions; decodegap.analysis.stats.newest_code_sessions).
+# NEWEST_CODE (the newest version with two or more sessions; decodegap.analysis.stats.newest_code_sessions).
 OWN_KERNELS = ("fused",)
 NEWEST_CODE = "newest_code"
 # The attention microbenchmark (decodegap.measure.layer): a cell of mode `layer` times one
