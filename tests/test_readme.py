@@ -132,3 +132,33 @@ def test_the_engines_verdict_check_fails_on_a_contradicting_number(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "bundled", lambda: {**numbers, key: "9.99"})
     with pytest.raises(AssertionError, match="llama.cpp f16 9.99 ms is not faster than generate"):
         test_the_engines_verdict_holds_in_every_cell_of_the_bundled_report("qwen2.5-7b", 2048)
+
+
+def gap_ms(numbers, part, quant, ctx=2048, card="qwen2.5-7b"):
+    return float(numbers[f"gap/{part}_ms/h200/{card}/ctx{ctx}/sdpa_{quant}_ab-graphed-fused/newest_code"])
+
+
+def gap_claims(numbers) -> list[str]:
+    """The README's reading of the gap table (findings, "Closing the gap to the floor"), as checks:
+    each string names a claim the numbers contradict."""
+    wrong = []
+    over = {q: {p: gap_ms(numbers, p, q) - gap_ms(numbers, f"{p}_at_copy", q) for p in ("gemv", "attention")}
+            for q in ("bf16", "fp8", "int4-triton")}
+    if not over["bf16"]["attention"] > over["bf16"]["gemv"]:  # "attention's fixed cost per layer more than the GEMVs"
+        wrong.append(f"bf16: attention over its bytes {over['bf16']['attention']:.3f} ms is not more than the GEMVs' {over['bf16']['gemv']:.3f} ms")
+    for q in ("fp8", "int4-triton"):  # "held by their GEMVs"
+        if not over[q]["gemv"] > max(over[q]["attention"], gap_ms(numbers, "other", q), gap_ms(numbers, "outside", q)):
+            wrong.append(f"{q}: the GEMVs over their bytes, {over[q]['gemv']:.3f} ms, are not the largest part of the gap")
+    return wrong
+
+
+def test_the_gap_reading_holds_in_the_bundled_report():
+    """New sessions that turn the gap table's order round fail here rather than leave the README's words
+    beside numbers that contradict them."""
+    assert not gap_claims(bundled())
+
+
+def test_the_gap_reading_check_fails_on_a_contradicting_number():
+    numbers = dict(bundled())
+    numbers["gap/gemv_ms/h200/qwen2.5-7b/ctx2048/sdpa_bf16_ab-graphed-fused/newest_code"] = "3.9"
+    assert gap_claims(numbers) and "bf16: attention over its bytes" in gap_claims(numbers)[0]
