@@ -178,3 +178,25 @@ def test_in_bf16_the_fused_step_errs_no_more_than_transformers_own_bf16():
     check = logit_check(bf16, FusedModel(bf16, get_weight_path("bf16"), 320), prompt)
     assert check["agrees"] and check["context"] == 300 and check["dtype"] == "bfloat16", check
     assert 1e-3 < check["transformers_rel_l2_max"] < 0.1 and check["ratio"] <= check["ratio_tolerance"]
+
+
+def test_weight_path_errors_separate_the_formats_rounding_from_the_kernels():
+    """benchmarks/weight_path_error.py: against the bf16 weights in float32, bf16's format error is
+    nil and its fused step errs by bf16 rounding; fp8 and int4 add their formats' rounding (int4 the
+    most), and each fused step stays close to the transformers model on its own dequantized weights.
+    A path that cannot pack the card is a row with its reason."""
+    from decodegap.measure.fused import weight_path_errors
+
+    card = _tiny(hidden_size=256, intermediate_size=256, head_dim=64)  # whole int4 groups of 128 columns
+    prompt = torch.randint(0, card.architecture["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(1))
+    paths = [get_weight_path(q) for q in ("bf16", "fp8", "int4-triton")]
+    rows = {r["path"]: r for r in weight_path_errors(lambda: build_model(card, "cpu", "sdpa", 0), paths, prompt, steps=3, log=lambda s: None)}
+    assert rows["bf16"]["format"]["rel_l2_max"] == 0 and 0 < rows["bf16"]["fused"]["rel_l2_max"] < 0.02
+    assert rows["bf16"]["fused"]["rel_l2_max"] < rows["fp8"]["format"]["rel_l2_max"] < rows["int4-triton"]["format"]["rel_l2_max"]
+    for q in ("fp8", "int4-triton"):
+        r = rows[q]
+        assert r["context"] == 40 and r["decode_steps"] == 3
+        assert r["fused_vs_format"]["rel_l2_max"] < 0.5 * r["fused"]["rel_l2_max"], r  # the kernel's error is the smaller share
+    narrow = _tiny()  # 64 columns: no whole int4 group
+    rows = weight_path_errors(lambda: build_model(narrow, "cpu", "sdpa", 0), [get_weight_path("int4-triton")], prompt[:, :8], steps=1, log=lambda s: None)
+    assert "group size 128" in rows[0]["reason"]

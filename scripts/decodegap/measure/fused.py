@@ -513,3 +513,73 @@ def logit_check(model, net: FusedModel, prompt=None, *, steps: int = LOGIT_CHECK
            "prefill_rel_l2": _relative(prefill, ref_prefill)}
     out["agrees"] = bool(fused_err <= LOGIT_CHECK_RATIO * their_err + LOGIT_CHECK_FLOOR)
     return out
+
+
+def weight_path_errors(build, paths, prompt, *, steps: int = LOGIT_CHECK_STEPS, gemv_configs=None, log=print) -> list[dict]:
+    """What each weight path does to the logits, against the bf16 weights it was made from.
+
+    `build()` returns the card's dense model (bf16 on the device; the same weights on every call, a
+    seeded build). The reference is that model upcast to float32 (reference_model with the bf16 path):
+    it prefills `prompt` (1, ctx) and decodes `steps` tokens greedily. For each path (WeightPath), on
+    the same tokens: the fused step built from the dense weights (`fused`: the error a session of that
+    path carries against bf16 weights), and the transformers model holding the path's dequantized
+    weights in float32 (`format`: the format's own share of that error, no kernel involved). A row per
+    path: the worst relative L2 over the steps and how many steps agree on the top-1 token, or the
+    reason the path cannot pack this card."""
+    import time
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from decodegap.measure.weights import get_weight_path
+
+    every_backend = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    ctx = prompt.shape[1]
+
+    def compare(got, ref) -> dict:
+        return {"rel_l2_max": max(_relative(g, r) for g, r in zip(got, ref)),
+                "top1_agree": sum(int(g.argmax() == r.argmax()) for g, r in zip(got, ref))}
+
+    def free(device):
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # the references in true float32, not TF32
+    rows = []
+    try:
+        with torch.inference_mode(), sdpa_kernel(every_backend):
+            model = build()
+            ref_model = reference_model(model, get_weight_path("bf16"), torch.float32)
+            ref, tokens, _ = _transformers_run(ref_model, prompt, steps)
+            del ref_model, model
+            free(prompt.device)
+            for path in paths:
+                t = time.perf_counter()
+                model = build()
+                try:
+                    net = FusedModel(model, path, ctx + steps, gemv_configs=gemv_configs)
+                except (CellNotPossible, ValueError) as exc:  # this card's shapes or type: a row that says why
+                    rows.append({"path": path.name, "context": ctx, "decode_steps": steps, "reason": str(exc)})
+                    log(f"  {path.name:<12} cannot run: {exc}")
+                    continue
+                net.forward(prompt[0], torch.arange(ctx, device=net.device))
+                ours = [net.decode(tokens[s:s + 1], torch.tensor([ctx + s], device=net.device))[0].to(torch.float32, copy=True)
+                        for s in range(steps)]
+                del net
+                free(prompt.device)
+                model = path.prepare(model) if path.name != "bf16" else model
+                own = reference_model(model, path, torch.float32)
+                del model
+                theirs, _, _ = _transformers_run(own, prompt, steps, tokens)
+                del own
+                free(prompt.device)
+                row = {"path": path.name, "context": ctx, "decode_steps": steps, "fused": compare(ours, ref),
+                       "format": compare(theirs, ref), "fused_vs_format": compare(ours, theirs)}
+                rows.append(row)
+                log(f"  {path.name:<12} fused {row['fused']['rel_l2_max']:.3e} (top-1 {row['fused']['top1_agree']}/{steps}), "
+                    f"format alone {row['format']['rel_l2_max']:.3e} ({row['format']['top1_agree']}/{steps}), "
+                    f"fused against the format {row['fused_vs_format']['rel_l2_max']:.3e}  [{time.perf_counter() - t:.0f} s]")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return rows
