@@ -632,6 +632,11 @@ def run_attention(run, cards, models, ctxs, device, dtype):
                     row["ours"][name] = {"us": us, "check": err, "plan": plan.as_dict()}
                 except Exception as exc:  # noqa: BLE001
                     row["ours"][name] = {"error": first_line(exc)}
+            # the table's two launches timed apart (the split programs, their combine): where its time goes
+            if table.attention.combine == "separate":
+                plan = bench.plan(table.attention)
+                row["table_parts"] = {part: graph_us(lambda i, part=part: bench.launch(plan, i, only=part), n_layers, device)
+                                      for part in ("split", "combine")}
             ref = bench.caches[0]
             for name, backends in sdpa.items():
                 try:
@@ -654,7 +659,9 @@ def run_attention(run, cards, models, ctxs, device, dtype):
             best = min(ours, key=ours.get) if ours else None
             run.say(f"attention {row['layout']} ctx {ctx:>5d}: " + "  ".join(f"{n} {u:.2f}" for n, u in ours.items())
                     + " | " + "  ".join(f"{n} {u:.2f}" for n, u in theirs.items()) + " us/layer"
-                    + (f"; best ours {best} at {bench.bytes / ours[best] / 1e3:.0f} GB/s" if best else ""))
+                    + (f"; best ours {best} at {bench.bytes / ours[best] / 1e3:.0f} GB/s" if best else "")
+                    + ("; the table's split alone {split:.2f}, its combine alone {combine:.2f} us".format(**row["table_parts"])
+                       if "table_parts" in row else ""))
             del bench
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -941,7 +948,16 @@ def attention_variants(table, device) -> dict:
            "bt64 x4/SM st3 masked": fk.AttentionConfig(64, 4, 4, 3, False, "separate"),
            "bt64 x8/SM masked": fk.AttentionConfig(64, 8, 4, 2, False, "separate"),
            "bt64 x4/SM masked in-split": fk.AttentionConfig(64, 4, 4, 2, False, "in_split"),
-           "bt128 x4/SM w8 masked in-split": fk.AttentionConfig(128, 4, 8, 2, False, "in_split")}
+           "bt128 x4/SM w8 masked in-split": fk.AttentionConfig(128, 4, 8, 2, False, "in_split"),
+           # the combine spread over a head's columns (more programs, each a quarter or an eighth of the
+           # splits' weighted V), and more split programs with deeper pipelines (the long contexts)
+           "table cols32": dataclasses.replace(att, combine_cols=32),
+           "table cols16": dataclasses.replace(att, combine_cols=16),
+           "bt32 x8/SM st3 cols32": fk.AttentionConfig(32, 8, 4, 3, False, "separate", 32),
+           "bt64 x8/SM st3 cols32": fk.AttentionConfig(64, 8, 4, 3, False, "separate", 32),
+           "bt32 x16/SM st3 cols32": fk.AttentionConfig(32, 16, 4, 3, False, "separate", 32),
+           "bt64 x4/SM st4 cols32": fk.AttentionConfig(64, 4, 4, 4, False, "separate", 32),
+           "bt128 x8/SM w8 st3 cols32": fk.AttentionConfig(128, 8, 8, 3, False, "separate", 32)}
     return {n: c for i, (n, c) in enumerate(out.items()) if c not in list(out.values())[:i]}
 
 

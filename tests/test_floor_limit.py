@@ -37,6 +37,7 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert {r["format"] for r in got["gemv"]} == {"dense", "fp8", "int4"} and all("us" in r for r in got["gemv"])
     assert {a["layout"] for a in got["attention"]} == {"6/2/64", "4/2/64"}
     assert all("us" in v for a in got["attention"] for v in a["ours"].values())
+    assert all(set(a["table_parts"]) == {"split", "combine"} and min(a["table_parts"].values()) > 0 for a in got["attention"])
     assert {lv["lever"] for lv in got["levers"]} >= {"table", "tuned"}
     ceiling = {c["format"]: c for c in got["ceiling"]}
     assert set(ceiling) == {"dense", "fp8", "int4"} and all(c["twin_ms"] > 0 and c["launches"] == 2 * 4 + 1 for c in ceiling.values())

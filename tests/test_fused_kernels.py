@@ -241,6 +241,45 @@ def test_attention_at_long_context_over_many_splits(lever, block_t, per_sm, sms,
     assert plan.n_splits == splits and plan.split * splits >= 2100
 
 
+@pytest.mark.parametrize("cols", [16, 32])
+def test_the_combine_spread_over_a_heads_columns_gives_the_same_attention(cols, gen):
+    """combine_cols: the separate combine as several programs a query head, each its block of the head
+    dim (head_dim 64 padded nowhere, and head_dim 8 padded to 16); the result is the attention's."""
+    for hq, hkv, d in ((8, 2, 64), (6, 2, 8)):
+        config = fk.AttentionConfig(block_t=16, programs_per_sm=3, skip_empty=False, combine="separate", combine_cols=cols)
+        _attention_case(hq, hkv, d, 48, 37, config, hkv, gen)
+    with pytest.raises(ValueError, match="combine_cols 24"):
+        fk.AttentionConfig(combine_cols=24)
+    assert "combine_cols" not in fk.AttentionConfig().as_dict()  # records before the field read the same
+    assert fk.AttentionConfig(combine_cols=32).as_dict()["combine_cols"] == 32
+
+
+def test_the_splits_store_only_the_groups_own_rows_and_run_apart(gen):
+    """tl.dot pads a group of 4 query heads to 16 rows: the split programs store the 4 real rows of
+    their partials only (the rest of the scratch keeps what it held), and only="split" then
+    only="combine" give the whole attention, each launch alone."""
+    heads, length, pos = fk.HeadLayout(8, 2, 16), 48, 40
+    config = fk.AttentionConfig(block_t=16, programs_per_sm=3, skip_empty=False, combine="separate")
+    plan = fk.AttentionPlan.for_cache(length, 2, config, 2)
+    q = torch.randn(8 * 16, generator=gen)
+    kc, vc = torch.randn(2, length, 16, generator=gen), torch.randn(2, length, 16, generator=gen)
+    scratch = fk.attention_scratch(plan, heads, "cpu")
+    for t in scratch[:3]:
+        t.fill_(-7.0)
+    whole = torch.empty(8 * 16)
+    fk.attention(q, kc, vc, torch.tensor([pos]), whole, plan=plan, scratch=scratch, heads=heads, scale=0.25)
+    m, l, acc = scratch[:3]
+    assert (m[:, :, 4:] == -7).all() and (acc[:, :, 4:] == -7).all(), "the padded rows of the group were stored"
+    assert (l[:, :, :4] >= 0).all() and torch.isfinite(acc[:, :, :4]).all()
+    out = torch.full((8 * 16,), float("nan"))
+    fk.attention(q, kc, vc, torch.tensor([pos]), out, plan=plan, scratch=scratch, heads=heads, scale=0.25, only="split")
+    assert out.isnan().all(), "only='split' wrote the output"
+    fk.attention(q, kc, vc, torch.tensor([pos]), out, plan=plan, scratch=scratch, heads=heads, scale=0.25, only="combine")
+    assert torch.equal(out, whole)
+    with pytest.raises(ValueError, match="only='both'"):
+        fk.attention(q, kc, vc, torch.tensor([pos]), out, plan=plan, scratch=scratch, heads=heads, scale=0.25, only="both")
+
+
 def test_add_norm_adds_the_residual_and_normalises_for_the_next_layer(gen):
     for dtype in (torch.float32, torch.bfloat16):
         h = 72

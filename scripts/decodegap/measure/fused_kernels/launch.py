@@ -113,7 +113,9 @@ class AttentionConfig:
     """The split decode attention's launch shape: `block_t` cache positions per loop step (a block_t x
     head_dim tile of K and of V), `programs_per_sm` split programs to aim for per multiprocessor (all
     KV heads together), `warps` and `stages` (Triton's software pipelining depth) per program, and
-    the levers `skip_empty` and `combine` (module docstring)."""
+    the levers `skip_empty` and `combine` (module docstring). `combine_cols`: the separate combine's
+    columns of the head dim per program (0: a query head's every column in one program; 32: four
+    programs a 128-wide head, each reading its quarter of the splits' weighted V)."""
 
     block_t: int = 32
     programs_per_sm: int = 2
@@ -121,15 +123,22 @@ class AttentionConfig:
     stages: int = 2
     skip_empty: bool = True
     combine: str = "separate"
+    combine_cols: int = 0
 
     def __post_init__(self):
         if self.combine not in COMBINES:
             raise ValueError(f"attention combine {self.combine!r}: one of {', '.join(COMBINES)}")
         if self.block_t < 16 or self.block_t & (self.block_t - 1):
             raise ValueError(f"attention block_t {self.block_t}: a power of 2, at least 16 (tl.dot's smallest tile)")
+        if self.combine_cols and (self.combine_cols < 16 or self.combine_cols & (self.combine_cols - 1)):
+            raise ValueError(f"attention combine_cols {self.combine_cols}: 0 (a head's every column in one program) "
+                             "or a power of 2, at least 16")
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.combine_cols:  # absent = one combine program a query head: shapes recorded before this field read the same
+            del out["combine_cols"]
+        return out
 
 
 @dataclass(frozen=True)

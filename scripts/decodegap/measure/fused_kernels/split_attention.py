@@ -109,19 +109,19 @@ def _load_partial(ptr, mask, other, CG: tl.constexpr):
 
 
 @triton.jit
-def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                        DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr):
-    """Query head g of KV head h from its first `n_active` splits' partials, CS splits a step:
-    o = sum w acc / sum w l, w = exp(m - max m); splits without a valid position (l = 0) weigh
-    nothing. With CS >= NS one step, as a single tile."""
-    d = tl.arange(0, DP)
+def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, d0, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+                        DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr):
+    """Columns d0 .. d0 + CD - 1 of query head g of KV head h from its first `n_active` splits'
+    partials, CS splits a step: o = sum w acc / sum w l, w = exp(m - max m); splits without a valid
+    position (l = 0) weigh nothing. With CS >= NS one step, as a single tile."""
+    d = d0 + tl.arange(0, CD)
     c = tl.arange(0, CS)
     tops = tl.full((CS,), float("-inf"), tl.float32)
     for s0 in range(0, NS, CS):
         s = s0 + c
         tops = tl.maximum(tops, _load_partial(m_ptr + (h * NS + s) * GP + g, (s < n_active) & (s < NS), float("-inf"), CG))
     top = tl.max(tops, axis=0)
-    num = tl.zeros((DP,), tl.float32)
+    num = tl.zeros((CD,), tl.float32)
     dens = tl.zeros((CS,), tl.float32)
     for s0 in range(0, NS, CS):
         s = s0 + c
@@ -178,37 +178,44 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
         else:
             m, l, acc = _attend_block(q, kbase, vbase, start + c, end, d, dmask, m, l, acc, scale, D, BT)
     idx = (h * NS + s) * GP + g
-    tl.store(m_ptr + idx, m)
-    tl.store(l_ptr + idx, l)
-    tl.store(acc_ptr + idx[:, None] * DP + d[None, :], acc)
+    real = g < G  # the rows tl.dot's 16 padded the group to are not stored: the combine reads the group's own
+    tl.store(m_ptr + idx, m, mask=real)
+    tl.store(l_ptr + idx, l, mask=real)
+    tl.store(acc_ptr + idx[:, None] * DP + d[None, :], acc, mask=real[:, None])
     if COMBINE:
         if start < n_valid:
             n_active = (n_valid + SPLIT - 1) // SPLIT
             done = tl.atomic_add(count_ptr + h, 1, sem="acq_rel")  # orders this program's partials before the count
             if done == n_active - 1:
                 for gi in range(0, G):  # not `g`: that name holds the group's arange above (Triton keeps one type a name)
-                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, gi, n_active, G, GP, D, DP, NS, CS, True)
+                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, gi, n_active, 0, G, GP, D, DP, DP, NS, CS, True)
                 tl.atomic_xchg(count_ptr + h, 0)
 
 
 @triton.jit
 def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                              DP: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr):
-    """Program (query head): the splits' partial softmaxes joined (_combine_query_head), CS splits a
-    step, so the registers a program holds do not grow with the number of splits."""
+                              DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr):
+    """Program (query head, block of CD columns): the splits' partial softmaxes joined
+    (_combine_query_head), CS splits a step, so the registers a program holds do not grow with the
+    number of splits."""
     pdl_start(PDL)
     qh = tl.program_id(0)
-    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, qh // G, qh % G, NS, G, GP, D, DP, NS, CS, False)
+    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, qh // G, qh % G, NS, tl.program_id(1) * CD, G, GP, D, DP, CD, NS, CS,
+                        False)
 
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
-              pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None) -> None:
+              pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None, only: str | None = None) -> None:
     """out (heads * head_dim,) = softmax(q K^T * scale) V over the cache's positions 0..position, each
     query head against its group's KV head; k_cache and v_cache (kv heads, cache length, head_dim).
     Two launches (the splits, their combine), or one with plan.config.combine == "in_split". With
     pdl, each split program (the first `prefetching` only, when given) prefetches its first
-    `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before."""
+    `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before.
+    only="split" or "combine" launches that one alone (benchmarks time the two apart; out is then
+    not the attention's output unless both ran)."""
     where = "attention"
+    if only not in (None, "split", "combine"):
+        raise ValueError(f"{where}: only={only!r}: 'split', 'combine' or None (both)")
     d = heads.head_dim
     require(where, "q", q, numel=heads.n_heads * d)
     dev = q.device
@@ -229,12 +236,16 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     fused_combine = cfg.combine == "in_split"
     line = max(1, 128 // k_cache.element_size())
     pf = prefetch_elements(plan.split * d, k_cache.element_size(), prefetch_steps, cfg.block_t * d, pdl)  # of a split's K and V
-    _attention_split_kernel[(heads.n_kv, plan.n_splits)](
-        q, k_cache, v_cache, position, m, l, acc, out, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching), G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1],
-        SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits, CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
-        SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, PF=pf, PF_LINE=line,
-        **launch_options(cfg.warps, pdl, cfg.stages))
-    if not fused_combine:
-        _attention_combine_kernel[(heads.n_heads,)](m, l, acc, out, G=group, GP=gp, D=d, DP=dp, NS=plan.n_splits,
-                                                    CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), PDL=pdl,
-                                                    **launch_options(4, pdl))
+    if fused_combine and only == "combine":
+        raise ValueError(f"{where}: combine 'in_split' has no combine launch of its own to run alone")
+    cd = min(cfg.combine_cols or dp, dp)
+    if only != "combine":
+        _attention_split_kernel[(heads.n_kv, plan.n_splits)](
+            q, k_cache, v_cache, position, m, l, acc, out, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching),
+            G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1], SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits,
+            CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, PF=pf,
+            PF_LINE=line, **launch_options(cfg.warps, pdl, cfg.stages))
+    if not fused_combine and only != "split":
+        _attention_combine_kernel[(heads.n_heads, dp // cd)](m, l, acc, out, G=group, GP=gp, D=d, DP=dp, CD=cd, NS=plan.n_splits,
+                                                              CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
+                                                              PDL=pdl, **launch_options(4, pdl))

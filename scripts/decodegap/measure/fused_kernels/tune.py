@@ -228,12 +228,13 @@ class AttentionBench:
     def plan(self, config: AttentionConfig) -> attn.AttentionPlan:
         return attn.AttentionPlan.for_cache(self.cache_len, self.heads.n_kv, config, sm_count_of(self.device))
 
-    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0) -> None:
+    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0, only: str | None = None) -> None:
+        """One attention call on layer i's cache; only="split" or "combine": that launch alone (attn.attention)."""
         key = (plan.split, plan.n_splits)
         if key not in self._scratch:
             self._scratch[key] = attn.attention_scratch(plan, self.heads, self.device)
         attn.attention(self.q, *self.caches[i], self.pos, self.out, plan=plan, scratch=self._scratch[key], heads=self.heads,
-                       scale=self.scale, pdl=pdl, prefetch_steps=prefetch)
+                       scale=self.scale, pdl=pdl, prefetch_steps=prefetch, only=only)
 
     def error(self, plan: attn.AttentionPlan) -> float:
         self.out.fill_(float("nan"))
@@ -255,7 +256,8 @@ def _key(config) -> str:
     if isinstance(config, GemvConfig):
         return f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
     c = config
-    return f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
+    return (f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
+            + (f" cols{c.combine_cols}" if c.combine_cols else ""))
 
 
 def _pick(times: dict):
