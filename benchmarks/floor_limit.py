@@ -797,6 +797,9 @@ def lever_variants(table, device) -> dict:
     out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
     if att.combine == "separate":
         out["attention in-split combine"] = {"attention": {"combine": "in_split", "skip_empty": False}}
+        # the separate combine as one program a query head, or spread over 32 columns of it
+        out["attention combine by head" if att.combine_cols else "attention combine cols32"] = {
+            "attention": {"combine_cols": 0 if att.combine_cols else 32}}
     default = fk.LAUNCH_SHAPES["default"].attention
     if default != att:
         out["attention default shape"] = {"attention": default.as_dict()}

@@ -290,11 +290,19 @@ _H200_X_FP32 = {"int4": [4096]}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
+# The separate combine spread over each head's columns, 32 a program (floor_limit.py --parts attention,
+# 2026-12-03, code 0cf9af3, GPU-977b40ef; results/benchmarks/floor_limit_attention_cols_h200.txt): alone, the
+# combine took 2.4-3.7 us a layer of the table's 6.4-23.6 (one program a query head, each reading every
+# split's 128 columns); with 32 columns a program the attention ran 0.52-1.42 us a layer faster at every
+# context but Qwen-2.5-7B's 2048 (0.32 us slower), and ahead of SDPA's best kernel in all eight cells
+# (28/4 and 32/8 heads, ctx 2048-16384; 32/8 at 16384: 23.25 against cuDNN's 23.57 us)
+_H200_ATTENTION = AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False, combine="separate",
+                                  combine_cols=32)
+
 LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
-                         attention=AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False,
-                                                   combine="separate"),
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/02 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32)",
+                         attention=_H200_ATTENTION,
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
                          x_fp32=_H200_X_FP32),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
