@@ -141,6 +141,27 @@ def x_pairs(x: torch.Tensor) -> torch.Tensor:
     return (bits(lo) | (bits(hi) << 16)).contiguous()
 
 
+def ptx_reference(words: torch.Tensor, xp: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """What the inline PTX computes, word by word, in torch's float16 (the same bit operations, masks
+    and shift; products and sums rounded to f16 as HFMA2 rounds them, up to FMA's single rounding):
+    words (n, k / 8) int32, xp = x_pairs(x), zero (n, k / 128); returns (n, k / 8) float32, each word's
+    sum of (q - z) x before the group's scale."""
+    n, words_per_row = words.shape
+    g = words_per_row // 16
+    w = words.view(n, g, 16)
+    z = zero.float().to(torch.int32).view(n, g, 1)
+    halves = lambda t: t.contiguous().view(torch.float16).view(*t.shape, 2)  # noqa: E731 - int32 -> its (lo, hi) f16 pair
+    acc = None
+    for p in range(4):
+        src = w if p < 2 else w >> 8
+        t = (src & (0x000F000F if p % 2 == 0 else 0x00F000F0)) | 0x64006400
+        zp = ((z + 0x6400) if p % 2 == 0 else (16 * z + 0x6400)) * 65537
+        d = halves(t) - halves(zp.expand(n, g, 16))
+        prod = d * halves(xp[:, p].unsqueeze(0).expand(n, g, 16))
+        acc = prod if acc is None else acc + prod
+    return (acc[..., 0].float() + acc[..., 1].float()).view(n, words_per_row)
+
+
 def packed_gemv(op, xp: torch.Tensor, out: torch.Tensor, rows: int, block_k: int, warps: int, emulate: bool = False) -> None:
     """out = W x with W an int4 gemv.WeightOperand and xp = x_pairs(x)."""
     n, k = op.n, op.k
