@@ -293,9 +293,11 @@ _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8,
 # The separate combine spread over each head's columns, 32 a program (floor_limit.py --parts attention,
 # 2026-12-03, code 0cf9af3, GPU-977b40ef; results/benchmarks/floor_limit_attention_cols_h200.txt): alone, the
 # combine took 2.4-3.7 us a layer of the table's 6.4-23.6 (one program a query head, each reading every
-# split's 128 columns); with 32 columns a program the attention ran 0.52-1.42 us a layer faster at every
+# split's 128 columns); with 32 columns a program the attention ran 0.36-2.08 us a layer faster at every
 # context but Qwen-2.5-7B's 2048 (0.32 us slower), and ahead of SDPA's best kernel in all eight cells
-# (28/4 and 32/8 heads, ctx 2048-16384; 32/8 at 16384: 23.25 against cuDNN's 23.57 us)
+# (28/4 and 32/8 heads, ctx 2048-16384; 32/8 at 16384: 23.25 against cuDNN's 23.57 us). In whole steps
+# (floor_limit_levers_cols{,2}_h200.txt, two machines) the steps ran 0.984-1.026x as fast as with the
+# combine by head, faster in 11 of 18 on each: in 8-9 of the 9 at ctx 2048, 3-4 of the 9 at 16384.
 _H200_ATTENTION = AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False, combine="separate",
                                   combine_cols=32)
 
