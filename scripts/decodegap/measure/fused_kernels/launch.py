@@ -35,6 +35,9 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        the K/V loads across loop steps
   attention.combine    "separate": the splits' combine is its own launch; "in_split": the last split
                        program of each KV head to finish combines (one launch instead of two)
+  attention.combine_cols  the separate combine's columns of a query head per program (0: the whole
+                       head in one program; 32: four programs a 128-wide head, each reading a
+                       quarter of every split's weighted V)
   x_fp32               per weight format (true, or the card widths it is on for), the inputs the step
                        writes for its GEMVs (x normalised apart, the MLP's SiLU(gate) * up) stored as
                        float32 holding their bf16 values, so a GEMV's loop converts no input (ahead

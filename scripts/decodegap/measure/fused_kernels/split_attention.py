@@ -14,7 +14,8 @@ keep the memory busy and a short one is not cut into slivers.
 Levers (launch.AttentionConfig): `skip_empty` branches past a loop step whose block lies wholly past
 the step's position (no load, no math) instead of masking it; a branch around the loads keeps
 Triton from pipelining them across loop steps, a masked block costs its math but no memory traffic.
-`combine="in_split"` drops the combine's launch: each split program that held a valid position
+`combine_cols` spreads the separate combine over a query head's columns, more programs each reading
+less of the splits' weighted V. `combine="in_split"` drops the combine's launch: each split program that held a valid position
 counts itself done on an atomic counter per KV head, and the last one combines that head's group
 (reading every split's partials through L2) and resets the counter for the next step.
 """
