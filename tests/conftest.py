@@ -12,6 +12,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def load_script(relative: str):
+    """A script that is not part of the package (benchmarks/*.py), imported from its file."""
+    import importlib.util
+
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 # Protocol small enough for a CPU with a tiny card, still long enough to pass validity.
 FAST = ["--warmup-steps", "2", "--timed-steps", "40", "--min-samples", "20", "--min-duration-s", "0",
         "--ab-blocks", "4", "--ab-block-steps", "6", "--max-rel-stdev", "100"]  # CPU timing noise is not under test here

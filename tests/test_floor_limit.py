@@ -4,21 +4,17 @@ with the tiny cards in float32, so the script the lead runs on the H200 cannot r
 numbers mean nothing here; what is checked is that every part runs, checks its kernels, and writes
 what the GPU run will write."""
 
-import importlib.util
 import json
 
 import pytest
 
-from conftest import REPO
+from conftest import load_script
 
 pytest.importorskip("triton")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("floor_limit", REPO / "benchmarks" / "floor_limit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/floor_limit.py")
 
 
 @pytest.mark.slow  # 27 s: every part of the benchmark on the CPU (CI runs it: pytest -m slow)

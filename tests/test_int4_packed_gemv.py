@@ -4,21 +4,17 @@ reproduces it bit for bit (the and-or under 0x6400, the shift by 8, the pairs an
 and the kernel's layout (which word, nibble, x pair and zero meet) under Triton's interpreter with the
 same arithmetic in float32. The GPU run checks the PTX itself against float32 torch (its `check`)."""
 
-import importlib.util
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import load_script
 
 pytest.importorskip("triton")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("int4_packed_gemv", REPO / "benchmarks" / "int4_packed_gemv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/int4_packed_gemv.py")
 
 
 @pytest.fixture

@@ -116,9 +116,7 @@ class AttentionConfig:
     """The split decode attention's launch shape: `block_t` cache positions per loop step (a block_t x
     head_dim tile of K and of V), `programs_per_sm` split programs to aim for per multiprocessor (all
     KV heads together), `warps` and `stages` (Triton's software pipelining depth) per program, and
-    the levers `skip_empty` and `combine` (module docstring). `combine_cols`: the separate combine's
-    columns of the head dim per program (0: a query head's every column in one program; 32: four
-    programs a 128-wide head, each reading its quarter of the splits' weighted V)."""
+    the levers `skip_empty`, `combine` and `combine_cols` (module docstring)."""
 
     block_t: int = 32
     programs_per_sm: int = 2
