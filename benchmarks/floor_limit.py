@@ -32,7 +32,7 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              and with the first 2 or 8 programs a multiprocessor prefetching their first 1 or 4 loop
              steps of the weight, or of K and V, into L2 before PDL's wait; the attention's masked blocks, in-split combine and the default table's shape; the norm's
              statistic summed by the GEMV before, or x normalised by a launch of its own; the GEMVs'
-             inputs that the step writes stored as float32, x_fp32)
+             inputs that the step writes stored as float32, x_fp32, or for int4 as f16 pairs, x_pairs)
   gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
              (F.linear) beside the bf16 ones
@@ -809,6 +809,9 @@ def lever_variants(table, device) -> dict:
         now = table.x_fp32.get(fmt, False)  # true, false, or the card widths it is on for
         for on in ([True, False] if isinstance(now, list) else [not now]):
             out[f"{fmt} x fp32 {'on' if on else 'off'}"] = {"x_fp32": {fmt: on}}
+    now = table.x_pairs.get("int4", False)  # int4's GEMV inputs written as f16 pairs (int4_pairs.py)
+    for on in ([True, False] if isinstance(now, list) else [not now]):
+        out[f"int4 x pairs {'on' if on else 'off'}"] = {"x_pairs": {"int4": on}}
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
@@ -853,7 +856,7 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                 base = None
                 fmt = formats_of([quant])[0]
                 for name, change in variants.items():
-                    if set(change or {}) in ({"gemv"}, {"x_fp32"}) and fmt not in change[next(iter(change))]:
+                    if set(change or {}) in ({"gemv"}, {"x_fp32"}, {"x_pairs"}) and fmt not in change[next(iter(change))]:
                         continue  # a lever of another storage format's GEMVs only
                     if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
                         continue  # the table's own norm for this format: the table's step

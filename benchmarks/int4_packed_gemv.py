@@ -16,14 +16,12 @@ summed in f16x2 (four products a half) and once into float32: about two instruct
 
 The input arrives as the f16 pairs the words need (`x_pairs`: per group of 128 columns, four rows of
 16 int32 words, pair p of word i holding x[16 p + i] and x[16 (p + 4) + i], the odd pairs divided by
-16), as a kernel before would write it (the step writes its GEMVs' inputs itself: the lever x_fp32).
-f16 holds bf16's values exactly while |x| stays under 1024 / 60 x 2^6 (a word's half sums four
-products of at most 15 |x|): the step's normalised inputs do; the MLP's activations would need a
-power-of-two scale per vector. This is a measurement of the inner loop, not a kernel of the step: no
-norm, no epilogue, not wired into the fused step.
+16), as the kernel before writes it in the step (the lever x_pairs: add_norm and gate_up's epilogue).
+The loop is the fused step's own (fused_kernels/int4_pairs.py, its range limit there), timed here as a
+plain GEMV: no norm, no epilogue.
 
 Per card and role (qkv, o, gate_up, down as plain GEMVs, weights cycled past L2): the step's int4 loop
-at the table's launch shape (plain `gemv.linear`), and the packed loop at a few shapes; microseconds,
+at the table's int4 launch shape (plain `gemv.linear`), and the packed loop at a few shapes; microseconds,
 GB/s of the weights as stored (scales and zeros included), and each one's relative L2 against float32
 torch on the same dequantized weights and input.
 """
@@ -39,127 +37,21 @@ import torch
 import triton
 import triton.language as tl
 
-GROUP = 128
-HALF_1024 = 0x6400  # the f16 bits of 1024.0: a nibble OR-ed under it is 1024 + q
-_GROUP, _HALF_1024 = tl.constexpr(GROUP), tl.constexpr(HALF_1024)  # the same, as a kernel reads a global
+from decodegap.measure.fused_kernels.int4_pairs import (  # noqa: F401 - x_pairs and ptx_reference: the tests' too
+    GROUP, XP_EMULATED, XP_PTX, pairs_rows, ptx_reference, x_pairs)
+
 SHAPES = [(2, 512, 4), (4, 512, 4), (4, 1024, 4), (8, 512, 4), (8, 1024, 8), (16, 512, 8), (4, 2048, 8)]  # rows, block_k, warps
 
 
 @triton.jit
-def _word_dot(w, x0, x1, x2, x3, z0, z1, EMULATE: tl.constexpr):
-    """Sum over a word's eight nibbles of (q - z) x, float32, per element: w the int32 words, x0..x3
-    the input's f16x2 pairs (as int32 bits), z0 and z1 the pairs (1024 + z, 1024 + z) and
-    (1024 + 16 z, 1024 + 16 z). EMULATE (Triton's interpreter, which runs no PTX): the same nibbles,
-    pairs and constants in float32."""
-    if EMULATE:
-        out = tl.zeros(w.shape, tl.float32)
-        for p in tl.static_range(4):
-            xp = x0 if p == 0 else x1 if p == 1 else x2 if p == 2 else x3
-            zp = z0 if p % 2 == 0 else z1
-            src = w if p < 2 else w >> 8
-            mask = 0x000F000F if p % 2 == 0 else 0x00F000F0
-            t = (src & mask) | 0x64006400
-            for half in tl.static_range(2):
-                tv = ((t >> (16 * half)) & 0xFFFF) - 0x6400  # 1024 + v, less 1024: v (q or 16 q), exactly
-                zv = ((zp >> (16 * half)) & 0xFFFF) - 0x6400
-                xv = ((xp >> (16 * half)) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-                out += (tv - zv).to(tl.float32) * xv
-        return out
-    else:
-        return tl.inline_asm_elementwise(
-            asm="""{
-            .reg .b32 t0, t1, t2, t3, w8, d0, d1, d2, d3, a;
-            .reg .b16 lo, hi;
-            .reg .f32 flo, fhi;
-            lop3.b32 t0, $1, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 t1, $1, 0x00F000F0, 0x64006400, 0xEA;
-            shr.u32 w8, $1, 8;
-            lop3.b32 t2, w8, 0x000F000F, 0x64006400, 0xEA;
-            lop3.b32 t3, w8, 0x00F000F0, 0x64006400, 0xEA;
-            sub.f16x2 d0, t0, $6;
-            sub.f16x2 d1, t1, $7;
-            sub.f16x2 d2, t2, $6;
-            sub.f16x2 d3, t3, $7;
-            mul.f16x2 a, d0, $2;
-            fma.rn.f16x2 a, d1, $3, a;
-            fma.rn.f16x2 a, d2, $4, a;
-            fma.rn.f16x2 a, d3, $5, a;
-            mov.b32 {lo, hi}, a;
-            cvt.f32.f16 flo, lo;
-            cvt.f32.f16 fhi, hi;
-            add.f32 $0, flo, fhi;
-            }""",
-            constraints="=f,r,r,r,r,r,r,r", args=[w, x0, x1, x2, x3, z0, z1], dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
 def _packed_gemv_kernel(w_ptr, s_ptr, z_ptr, xp_ptr, y_ptr, N: tl.constexpr, K: tl.constexpr, R: tl.constexpr,
-                        BK: tl.constexpr, EMULATE: tl.constexpr):
-    """Program (block of R rows): y = W x for int4 words (gemv.py's format) and x as f16 pairs
-    (module docstring), BK / 128 groups a loop step, each word's dot in packed halves, scaled per
-    group in float32."""
-    GB: tl.constexpr = BK // _GROUP
-    NG: tl.constexpr = K // _GROUP
+                        BK: tl.constexpr, XP: tl.constexpr):
+    """Program (block of R rows): y = W x for int4 words (gemv.py's format) and x as f16 pairs: the
+    fused step's own pair loop (int4_pairs.pairs_rows), with no prologue or epilogue."""
     rows = tl.program_id(0) * R + tl.arange(0, R)
     rmask = rows < N
-    g0 = tl.arange(0, GB)
-    i16 = tl.arange(0, 16)
-    acc = tl.zeros((R, GB, 16), tl.float32)
-    for k0 in range(0, K, BK):
-        grp = k0 // _GROUP + g0
-        gmask = grp < NG
-        m2 = rmask[:, None] & gmask[None, :]
-        words = tl.load(w_ptr + rows[:, None, None] * (K // 8) + (grp * 16)[None, :, None] + i16[None, None, :],
-                        mask=m2[:, :, None], other=0, eviction_policy="evict_first")
-        sz = rows[:, None] * NG + grp[None, :]
-        scale = tl.load(s_ptr + sz, mask=m2, other=0.0).to(tl.float32)
-        zi = tl.load(z_ptr + sz, mask=m2, other=0.0).to(tl.int32)
-        z0 = tl.broadcast_to(((zi + 0x6400) * 65537)[:, :, None], (R, GB, 16))
-        z1 = tl.broadcast_to(((16 * zi + 0x6400) * 65537)[:, :, None], (R, GB, 16))
-        xb = xp_ptr + (grp * 64)[:, None] + i16[None, :]
-        xm = gmask[:, None]
-        x0 = tl.broadcast_to(tl.load(xb, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x1 = tl.broadcast_to(tl.load(xb + 16, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x2 = tl.broadcast_to(tl.load(xb + 32, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        acc += _word_dot(words, x0, x1, x2, x3, z0, z1, EMULATE) * scale[:, :, None]
-    y = tl.sum(tl.sum(acc, axis=2), axis=1)
+    y = pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rmask)
-
-
-def x_pairs(x: torch.Tensor) -> torch.Tensor:
-    """The input as the packed loop reads it: (groups, 4, 16) int32, pair p of word i = (x[16 p + i],
-    x[16 (p + 4) + i]) as f16 bits, the odd pairs (nibbles 1, 3, 5, 7 read as 16 q) divided by 16."""
-    k = x.numel()
-    if k % GROUP:
-        raise ValueError(f"x_pairs: {k} columns, not whole groups of {GROUP}")
-    v = x.float().view(k // GROUP, 8, 16)  # group, nibble j, word i
-    v = v / torch.tensor([1, 16, 1, 16, 1, 16, 1, 16], dtype=torch.float32, device=x.device).view(1, 8, 1)
-    # nibble order of the pairs: (0, 4), (1, 5) from the word, (2, 6), (3, 7) from the word shifted by 8
-    lo, hi = v[:, [0, 1, 2, 3]], v[:, [4, 5, 6, 7]]
-    bits = lambda t: t.to(torch.float16).view(torch.int16).to(torch.int32) & 0xFFFF  # noqa: E731
-    return (bits(lo) | (bits(hi) << 16)).contiguous()
-
-
-def ptx_reference(words: torch.Tensor, xp: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
-    """What the inline PTX computes, word by word, in torch's float16 (the same bit operations, masks
-    and shift; products and sums rounded to f16 as HFMA2 rounds them, up to FMA's single rounding):
-    words (n, k / 8) int32, xp = x_pairs(x), zero (n, k / 128); returns (n, k / 8) float32, each word's
-    sum of (q - z) x before the group's scale."""
-    n, words_per_row = words.shape
-    g = words_per_row // 16
-    w = words.view(n, g, 16)
-    z = zero.float().to(torch.int32).view(n, g, 1)
-    halves = lambda t: t.contiguous().view(torch.float16).view(*t.shape, 2)  # noqa: E731 - int32 -> its (lo, hi) f16 pair
-    acc = None
-    for p in range(4):
-        src = w if p < 2 else w >> 8
-        t = (src & (0x000F000F if p % 2 == 0 else 0x00F000F0)) | 0x64006400
-        zp = ((z + 0x6400) if p % 2 == 0 else (16 * z + 0x6400)) * 65537
-        d = halves(t) - halves(zp.expand(n, g, 16))
-        prod = d * halves(xp[:, p].unsqueeze(0).expand(n, g, 16))
-        acc = prod if acc is None else acc + prod
-    return (acc[..., 0].float() + acc[..., 1].float()).view(n, words_per_row)
 
 
 def packed_gemv(op, xp: torch.Tensor, out: torch.Tensor, rows: int, block_k: int, warps: int, emulate: bool = False) -> None:
@@ -169,7 +61,7 @@ def packed_gemv(op, xp: torch.Tensor, out: torch.Tensor, rows: int, block_k: int
         raise ValueError(f"packed_gemv: x pairs must be int32 of shape {(k // GROUP, 4, 16)}, not {xp.dtype} {tuple(xp.shape)}")
     bk = min(block_k, triton.next_power_of_2(k))
     _packed_gemv_kernel[(triton.cdiv(n, rows),)](op.weight, op.scale, op.zero, xp, out, N=n, K=k, R=rows, BK=bk,
-                                                 EMULATE=emulate, num_warps=warps)
+                                                 XP=XP_EMULATED if emulate else XP_PTX, num_warps=warps)
 
 
 def random_int4(n: int, k: int, device) -> "object":
@@ -254,7 +146,7 @@ def sass_counts(arch: int = 90, n: int = 37888, k: int = 3584) -> dict:
         args = (torch.empty(n, k // 8, dtype=torch.int32), torch.empty(n, k // GROUP, dtype=torch.bfloat16),
                 torch.empty(n, k // GROUP, dtype=torch.bfloat16), torch.empty(k // GROUP, 4, 16, dtype=torch.int32),
                 torch.empty(n, dtype=torch.bfloat16))
-        kernel, options = ahead._compile(_packed_gemv_kernel, args, {"N": n, "K": k, "R": r, "BK": bk, "EMULATE": False,
+        kernel, options = ahead._compile(_packed_gemv_kernel, args, {"N": n, "K": k, "R": r, "BK": bk, "XP": XP_PTX,
                                                                      "num_warps": w}, arch)
         row = {"weight_dtype": "int32", **ahead._inspect(kernel.asm["cubin"]),
                "program": {"weights_per_thread": r * k / (w * 32), "trips": -(-k // bk)}}

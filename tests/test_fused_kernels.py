@@ -608,3 +608,93 @@ def test_tune_launch_shapes_chooses_for_each_card_width_and_a_model_takes_its_ow
     card = dataclasses.replace(WIDE, architecture={**WIDE.architecture, "hidden_size": 384})
     net = FusedModel(build_model(card, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=got)
     assert net.describe()["gemv"]["down"] == got["gemv_by_hidden"]["384"]["dense"]["down"]
+
+
+# ----------------------------------------------------------------------------- the lever x_pairs (int4_pairs.py)
+
+
+def test_add_norm_and_gate_up_write_the_f16_pairs_of_their_bf16_values(gen):
+    """x_pairs: add_norm's normalised x and gate_up's SiLU(gate) * up stored as the int4 loop's f16 pairs
+    are exactly x_pairs() of the bf16 values the same kernels store plainly (bf16 -> f16 is exact in
+    range, and the odd nibbles' 1/16 too), and read back to them."""
+    from decodegap.measure.fused_kernels.int4_pairs import from_pairs, x_pairs
+
+    inter, k, bf = 256, 384, torch.bfloat16  # 3 groups of x, 2 of the intermediate: pairs cross programs
+    x, g = torch.randn(k, generator=gen).to(bf), (1 + torch.randn(k, generator=gen) / 4).to(bf)
+    xn16, xnp = torch.empty(k, dtype=bf), torch.full((k // 2,), -1, dtype=torch.int32)
+    fk.add_norm(x, None, g, xn16, eps=1e-6)
+    fk.add_norm(x, None, g, xnp, eps=1e-6)
+    assert torch.equal(xnp, x_pairs(xn16).view(-1)) and torch.equal(from_pairs(xnp), xn16.float())
+    w, _ = _weight("int4", 2 * inter, k, gen, bf)
+    h16, hp = torch.empty(inter, dtype=bf), torch.full((inter // 2,), -1, dtype=torch.int32)
+    fk.gate_up(xn16, w, h16, norm_weight=None, eps=1e-6, shape=SMALL_INT4)
+    fk.gate_up(xn16, w, hp, norm_weight=None, eps=1e-6, shape=SMALL_INT4, act_dtype=bf)
+    assert torch.equal(hp, x_pairs(h16).view(-1))
+
+
+@pytest.mark.parametrize("n,k", [(37, 384), (24, 640)])  # a half-empty last program; 5 groups, 2 a loop step
+def test_the_int4_pairs_loop_gives_the_float32_loops_products(n, k, gen):
+    """linear, qkv_rope and gate_up reading x as f16 pairs (their arithmetic under the interpreter in
+    float32, the PTX's bit operations checked in tests/test_int4_packed_gemv.py) against float64 on the
+    dequantized weights: f16's rounding of x only."""
+    from decodegap.measure.fused_kernels.int4_pairs import x_pairs
+
+    x = torch.randn(k, generator=gen).to(torch.bfloat16)
+    xp = x_pairs(x).view(-1)
+    w, w64 = _weight("int4", n, k, gen, torch.bfloat16)
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4)
+    out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
+    fk.linear(xp, w, out, shape=shape)
+    assert _rel(out, w64 @ x.double()) < 1e-2
+    res = torch.randn(n, generator=gen).to(torch.bfloat16)
+    out = res.clone()
+    fk.linear(xp, w, out, shape=shape, residual=out)
+    assert _rel(out, res.double() + w64 @ x.double()) < 1e-2
+    inter = 128
+    wg, wg64 = _weight("int4", 2 * inter, k, gen, torch.bfloat16)
+    h = torch.full((inter,), float("nan"), dtype=torch.bfloat16)
+    fk.gate_up(xp, wg, h, norm_weight=None, eps=1e-6, shape=shape, act_dtype=torch.bfloat16)
+    y64 = wg64 @ x.double()
+    assert _rel(h, torch.nn.functional.silu(y64[:inter]) * y64[inter:]) < 3e-2
+
+
+def test_f16_pairs_are_refused_where_they_cannot_be_read(gen):
+    from decodegap.measure.fused_kernels.int4_pairs import x_pairs
+
+    xp = x_pairs(torch.randn(128, generator=gen)).view(-1)
+    dense, _ = _weight("dense", 8, 128, gen, torch.bfloat16)
+    int4, _ = _weight("int4", 8, 128, gen, torch.bfloat16)
+    out = torch.empty(8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="linear: x as int32 f16 pairs .the lever x_pairs. is read by int4 weights only, not dense"):
+        fk.linear(xp, dense, out, shape=SMALL)
+    with pytest.raises(ValueError, match="linear: x as f16 pairs is normalised by the kernel that wrote it"):
+        fk.linear(xp, int4, out, shape=SMALL_INT4, norm_weight=torch.ones(128, dtype=torch.bfloat16), eps=1e-6)
+    with pytest.raises(ValueError, match="linear: x must hold 64 elements"):
+        fk.linear(xp[:32], int4, out, shape=SMALL_INT4)
+    with pytest.raises(ValueError, match="add_norm: xn as f16 pairs needs whole groups of 128: x has 96 values"):
+        fk.add_norm(torch.randn(96), None, torch.ones(96), torch.empty(48, dtype=torch.int32), eps=1e-6)
+
+
+def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded():
+    """x_pairs on int4 words with the norm apart: qkv, gate_up and down read f16 pairs (o and lm_head
+    their inputs as before); the logits stay within f16's rounding of the transformers model's on the
+    same dequantized weights; the record says so; its shapes are the "int4_pairs" ones where given; it
+    is off without the norm apart, and refused for another format."""
+    path = get_weight_path("int4-triton")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    net = FusedModel(dense, path, 64, backend="triton", gemv_configs={"norm": "apart", "x_pairs": True,
+                                                                      "gemv": {"int4_pairs": {"down": {"rows": 8, "block_k": 128, "warps": 4}}}})
+    check = logit_check(path.prepare(dense), net, prompt_tokens=20, steps=3)
+    # float32 activations rounded to f16 (2^-11 of each value): about 1e-4 here, where the float32 loop gives 1e-7
+    assert check["rel_l2_max"] <= 2e-3 and check["top1_agree"] == check["compared"], check
+    assert net.describe()["x_pairs"] is True and net._h_in.dtype == torch.int32 and net._xn_in.dtype == torch.int32
+    assert net.gemv["down"].rows == 8 and net.gemv["o"] == net.shapes.gemv_for("int4", "o", 256)
+    on = fk.resolve({"norm": "apart", "x_pairs": True}, "cpu")
+    assert on.as_dict()["x_pairs"] == {"int4": True} and fk.resolve(on.as_dict(), "cpu") == on
+    assert not fk.resolve({"norm": "program", "x_pairs": True}, "cpu").x_pairs_for("int4", 256)
+    net.set_launch_shapes({"norm": "sum", "x_pairs": True})  # no norm apart, no launch to write the pairs: off
+    assert "x_pairs" not in net.describe() and net._h_in is net._h
+    with pytest.raises(ValueError, match="x_pairs is a lever of int4 weights only, not fp8"):
+        fk.resolve({"x_pairs": {"fp8": True}}, "cpu")
+    with pytest.raises(ValueError, match="unknown format 'int8_pairs'"):
+        fk.resolve({"gemv": {"int8_pairs": {}}}, "cpu")

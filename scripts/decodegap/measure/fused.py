@@ -179,13 +179,16 @@ class FusedModel:
             why = fk.pdl_available(self.device)
             if why:
                 raise ValueError(f"launch shapes ask for programmatic dependent launch: {why}")
-        fmt = self.kernel_format or "dense"
-        self.gemv = {role: self.shapes.gemv_for("dense" if role == "lm_head" else fmt, role, self.embed.shape[1])
-                     for role in fk.ROLES}
+        fmt, hidden = self.kernel_format or "dense", self.embed.shape[1]
+        # the lever x_pairs: the int4 GEMVs after a norm and down read their inputs as f16 pairs, with shapes of their own
+        self._x_pairs = bool(self.kernel_format) and self.shapes.x_pairs_for(fmt, hidden)
+        read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self._x_pairs and role != "o" else fmt
+                for role in fk.ROLES}
+        self.gemv = {role: self.shapes.gemv_for(read[role], role, hidden) for role in fk.ROLES}
         self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)
         self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv, self.shapes.attention,
                                                          fk.sm_count_of(self.device))
-        hidden, qd = self.embed.shape[1], self.n_heads * self.head_dim
+        qd = self.n_heads * self.head_dim
 
         def buf(n):
             return torch.empty(n, dtype=self.dtype, device=self.device)
@@ -194,8 +197,11 @@ class FusedModel:
         self._h, self._logits = buf(self.intermediate), buf(self.lm_head.shape[0])
         # the lever x_fp32: the GEMVs' inputs the step writes (x normalised apart, the MLP's SiLU(gate) * up) as
         # float32 holding their bf16 values, so no GEMV loop converts its input
-        self._x_fp32 = bool(self.kernel_format) and self.shapes.x_fp32_for(fmt, hidden)
-        if self._x_fp32:
+        self._x_fp32 = bool(self.kernel_format) and self.shapes.x_fp32_for(fmt, hidden) and not self._x_pairs
+        if self._x_pairs:  # int32 words of two f16 values: half as many as the vector's
+            self._xn_in = torch.empty(hidden // 2, dtype=torch.int32, device=self.device)
+            self._h_in = torch.empty(self.intermediate // 2, dtype=torch.int32, device=self.device)
+        elif self._x_fp32:
             self._xn_in = torch.empty(hidden, dtype=torch.float32, device=self.device)
             self._h_in = torch.empty(self.intermediate, dtype=torch.float32, device=self.device)
         else:
@@ -224,6 +230,8 @@ class FusedModel:
             out["pdl"] = self.shapes.pdl
             if self._x_fp32:
                 out["x_fp32"] = True
+            if self._x_pairs:
+                out["x_pairs"] = True
             if self.shapes.pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
@@ -341,12 +349,14 @@ class FusedModel:
         if mode == "sum":
             out.append(("other", sums.zero_))
 
-        def normed(slot, weight):
+        def normed(slot, weight, final=False):
             """What a GEMV after a norm takes: its input, and the norm's keyword arguments. Slot 0 (layer
-            0's input norm) has no GEMV before it to sum x: its programs sum it themselves."""
+            0's input norm) has no GEMV before it to sum x: its programs sum it themselves. The final
+            norm's GEMV (lm_head, dense) never reads f16 pairs."""
             if mode == "apart":
-                out.append(("other", call(fk.add_norm, x, None, weight, self._xn_in, eps=eps, pdl=pdl)))
-                return self._xn_in, {"norm_weight": None}
+                xn = self._xn if final and self._x_pairs else self._xn_in
+                out.append(("other", call(fk.add_norm, x, None, weight, xn, eps=eps, pdl=pdl)))
+                return xn, {"norm_weight": None}
             if mode == "sum" and slot > 0:
                 return x, {"norm_weight": weight, "norm_sum": sums[slot:slot + 1]}
             return x, {"norm_weight": weight}
@@ -367,7 +377,7 @@ class FusedModel:
                                      act_dtype=self.dtype, **pf, **norm)))
             out.append(("gemv", call(fk.linear, self._h_in, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
                                      **pf, **summed(2 * i + 2))))
-        src, norm = normed(2 * len(self.layers), self.final_norm)
+        src, norm = normed(2 * len(self.layers), self.final_norm, final=True)
         out.append(("gemv", call(fk.linear, src, self.lm_head, self._logits, shape=g["lm_head"], eps=eps, **pf, **norm)))
         return out
 

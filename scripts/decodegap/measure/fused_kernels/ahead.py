@@ -208,6 +208,8 @@ def cases(quick: bool) -> dict:
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm, table_x32)
                 if step_writes_input(role, own_norm) and not table_x32:
                     variants["x fp32 "] = (shape, own_norm, True)
+                if fmt == "int4" and role in ("qkv", "gate_up", "down"):  # the lever x_pairs at its own shapes
+                    variants["x pairs "] = (table.gemv_for("int4_pairs", role, arch["hidden_size"]), "none", "pairs")
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
                     for norm, given in NORM_INPUT_OF.items():
                         if given != own_norm and (not quick or norm in ("program", "apart")):
@@ -215,13 +217,13 @@ def cases(quick: bool) -> dict:
                 for tag, (sh, norm, x32) in variants.items():
                     # PDL alone, and with the weight's first PDL_PREFETCH loop steps prefetched before the wait
                     levers = {"": (False, 0), "pdl": (True, 0), "pdl prefetch": (True, PDL_PREFETCH)}
-                    if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32")):
+                    if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32", "x pairs")):
                         levers = {"": (False, 0)}
                     for lever, (pdl, pf) in levers.items():
                         out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (
                             lambda role=role, fmt=fmt, arch=arch, sh=sh, pdl=pdl, norm=norm, pf=pf, x32=x32:
                             RoleBench(role, fmt, arch, "cpu", torch.bfloat16, copies=1, qkv_bias=True).launch(
-                                sh, 0, pdl=pdl, norm=norm, prefetch=pf, x_fp32=x32))
+                                sh, 0, pdl=pdl, norm=norm, prefetch=pf, x_fp32=x32 is True, x_pairs=x32 == "pairs"))
         heads = fk.HeadLayout(arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"])
         attention = {"table": table.attention, "masked": dataclasses.replace(table.attention, skip_empty=False),
                      "skipping": dataclasses.replace(table.attention, skip_empty=True),

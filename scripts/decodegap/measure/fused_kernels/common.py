@@ -216,3 +216,17 @@ def input_chunk(x_ptr, g_ptr, cols, cmask, rstd, NORM: tl.constexpr):
         xn = (x32 * rstd).to(x.dtype).to(tl.float32)
         x32 = (tl.load(g_ptr + cols, mask=cmask, other=0.0).to(tl.float32) * xn).to(x.dtype).to(tl.float32)
     return x32
+
+
+@triton.jit
+def int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, grp, K: tl.constexpr):
+    """One loop step's int4 tile (gemv.py's format): the words of groups `grp` of `rows` (an R x groups x
+    16 tile, streamed with evict-first), their scales in float32 and their zeros as stored (bf16
+    integers), masked past the last row and group."""
+    NG: tl.constexpr = K // 128
+    i16 = tl.arange(0, 16)
+    m2 = rmask[:, None] & (grp < NG)[None, :]
+    words = tl.load(w_ptr + rows[:, None, None] * (K // 8) + (grp * 16)[None, :, None] + i16[None, None, :],
+                    mask=m2[:, :, None], other=0, eviction_policy="evict_first")
+    sz = rows[:, None] * NG + grp[None, :]
+    return words, tl.load(s_ptr + sz, mask=m2, other=0.0).to(tl.float32), tl.load(z_ptr + sz, mask=m2, other=0.0)

@@ -53,7 +53,8 @@ import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
     DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, NORM_OFF, NORM_PROGRAM, NORM_SUM, check_index_range,
-    input_chunk, launch_options, p2, pdl_start, prefetch_programs, prefetch_rows, prefetch_span, require, rstd_for)
+    input_chunk, int4_groups, launch_options, p2, pdl_start, prefetch_programs, prefetch_rows, prefetch_span, require, rstd_for)
+from decodegap.measure.fused_kernels.int4_pairs import XP_OFF, pairs_rows, store_pairs, xp_mode
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -177,11 +178,8 @@ def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: t
         grp = k0 // 128 + g0
         gmask = grp < NG
         m2 = rmask[:, None] & gmask[None, :]
-        words = tl.load(w_ptr + rows[:, None, None] * (K // 8) + (grp * 16)[None, :, None] + i16[None, None, :],
-                        mask=m2[:, :, None], other=0, eviction_policy="evict_first")
-        sz = rows[:, None] * NG + grp[None, :]
-        scale = tl.load(s_ptr + sz, mask=m2, other=0.0).to(tl.float32)
-        zero = tl.load(z_ptr + sz, mask=m2, other=0.0).to(tl.float32)
+        words, scale, zero = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, grp, K)
+        zero = zero.to(tl.float32)
         high = words >> 12  # nibbles 5, 6, 7 moved to bits 8..19, below the exponent
         for j in tl.static_range(8):
             cols = (grp * 128)[:, None] + j * 16 + i16[None, :]
@@ -208,10 +206,12 @@ def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: t
 
 @triton.jit
 def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
-              R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr):
+              R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr, XP: tl.constexpr):
     """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
-    a tile when XT."""
-    if FMT == FMT_INT4:
+    a tile when XT; int4 words against x given as f16 pairs when XP (int4_pairs: NORM off, XT unused)."""
+    if XP:
+        y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP)
+    elif FMT == FMT_INT4:
         y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT)
     else:
         y = _dense_rows(x_ptr, g_ptr, rstd, w_ptr, rows, rmask, K, BK, R, NORM, XT)
@@ -236,7 +236,7 @@ def _halves(y, B: tl.constexpr):
 def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr,
                      vc_ptr, eps, magic, pf_programs, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
                      D: tl.constexpr, L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                     XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
+                     XT: tl.constexpr, XP: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
                      PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
     rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
@@ -258,7 +258,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
         y2 = tl.load(y_ptr + rows + HALF).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT), BP)
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT, XP), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
             y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
@@ -290,7 +290,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
 @triton.jit
 def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic, pf_programs,
                    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                   XT: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
+                   XT: tl.constexpr, XP: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
                    SUM_OUT: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (block of BN rows): out = W (norm(x) unless NORM_OFF, else x) (+ b) (+ res when
     RESIDUAL: the product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may
@@ -302,7 +302,7 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
         prefetch_rows(w_ptr, rows, rmask, tl.program_id(0), pf_programs, ROWW, PF, PF_LINE)
     pdl_start(PDL)
     rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT)
+    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT, XP)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     dt = out_ptr.dtype.element_ty
@@ -318,12 +318,12 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
 def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, pf_programs, ACT: tl.constexpr,
                     I: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                    XT: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
-                    PF_LINE: tl.constexpr, ROWW: tl.constexpr):
+                    XT: tl.constexpr, XP: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr,
+                    PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr, OUT_PAIRS: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype ACT; out = SiLU(gate) * up, SiLU's output
     rounded as transformers' act_fn rounds it, stored as out's dtype (ACT, or float32 holding ACT's
-    values)."""
+    values), or as the next int4 GEMV's f16 pairs (OUT_PAIRS: out_ptr is their float16 view)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < I
     pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
@@ -337,18 +337,23 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
         up = tl.load(y_ptr + rows + I, mask=rmask, other=0.0).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT), BN)
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT, XP), BN)
     gate = gate.to(ACT).to(tl.float32)
     up = up.to(ACT).to(tl.float32)
     act = (gate * tl.sigmoid(gate)).to(ACT).to(tl.float32)
-    tl.store(out_ptr + rows, (act * up).to(ACT).to(out_ptr.dtype.element_ty), mask=rmask)
+    h = (act * up).to(ACT)
+    if OUT_PAIRS:
+        store_pairs(out_ptr, rows, h.to(tl.float32), rmask)
+    else:
+        tl.store(out_ptr + rows, h.to(out_ptr.dtype.element_ty), mask=rmask)
 
 
 @triton.jit
 def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.constexpr, ADD: tl.constexpr,
-                     PDL: tl.constexpr):
+                     PDL: tl.constexpr, PAIRS: tl.constexpr):
     """One program: x += y (when ADD, rounded to x's dtype), then xn = RMSNorm(x) * g, rounded to x's
-    dtype and stored as xn's (x's, or float32 holding those values: the lever x_fp32)."""
+    dtype and stored as xn's (x's, or float32 holding those values: the lever x_fp32), or as an int4
+    GEMV's f16 pairs (PAIRS: xn_ptr is their float16 view; the lever x_pairs)."""
     pdl_start(PDL)
     offs = tl.arange(0, HP)
     m = offs < H
@@ -359,7 +364,10 @@ def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.c
     x32 = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x32 * x32, axis=0) / H + eps)
     xn = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32) * (x32 * rstd).to(x.dtype).to(tl.float32)
-    tl.store(xn_ptr + offs, xn.to(x.dtype).to(xn_ptr.dtype.element_ty), mask=m)
+    if PAIRS:
+        store_pairs(xn_ptr, offs, xn.to(x.dtype).to(tl.float32), m)
+    else:
+        tl.store(xn_ptr + offs, xn.to(x.dtype).to(xn_ptr.dtype.element_ty), mask=m)
 
 
 # ----------------------------------------------------------------------------- launches
@@ -370,6 +378,21 @@ def _operand_args(op: WeightOperand | None, stand_in):
     if op is None:
         return stand_in, stand_in, stand_in
     return op.weight, op.scale if op.scale is not None else stand_in, op.zero if op.zero is not None else stand_in
+
+
+def _gemv_input(where: str, x, op: WeightOperand | None, norm_weight) -> tuple[int, int]:
+    """(K, XP) of a GEMV's input x: an activation vector of K values, or (int32) the f16 pairs of K
+    values that only int4 weights read, already normalised (int4_pairs; the lever x_pairs)."""
+    require(where, "x", x, dtype=(*ACTIVATION_DTYPES, torch.int32))
+    xp = xp_mode(x)
+    if xp == XP_OFF:
+        return x.numel(), xp
+    if op is None or op.format != "int4":
+        raise ValueError(f"{where}: x as int32 f16 pairs (the lever x_pairs) is read by int4 weights only, "
+                         f"not {'a packed path' if op is None else op.format}")
+    if norm_weight is not None:
+        raise ValueError(f"{where}: x as f16 pairs is normalised by the kernel that wrote it: norm_weight must be None")
+    return 2 * x.numel(), xp
 
 
 def _norm_args(where: str, x, norm_weight, norm_sum):
@@ -397,10 +420,10 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     for the kernel before; only its first `prefetching` programs when given (those that start while the
     kernel before runs: launch.LaunchShapes.pdl_prefetch and pdl_prefetch_per_sm)."""
     where, op = "linear", as_operand(weight)
-    require(where, "x", x, dtype=ACTIVATION_DTYPES)
+    _, xp = _gemv_input(where, x, op, norm_weight)
     op.validate(where, "weight", x.device)
     n, k = op.n, op.k
-    require(where, "x", x, numel=k)
+    require(where, "x", x, numel=k // 2 if xp else k)
     require(where, "out", out, dtype=_out_dtypes(x), numel=n, device=x.device)
     for name, t, size in (("bias", bias, n), ("residual", residual, n)):
         if t is not None:
@@ -416,7 +439,7 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     _linear_kernel[(grid,)](
         x, g, ss, w, s, z, bias if bias is not None else x, residual if residual is not None else x, out,
         sum_out if sum_out is not None else x, eps, INT4_MAGIC, prefetch_programs(grid, prefetching), N=n, K=k, KP=p2(k), BN=bn, BK=bk,
-        FMT=op.code, XT=shape.x_tile, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
+        FMT=op.code, XT=shape.x_tile, XP=xp, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
         SUM_OUT=sum_out is not None, PDL=pdl, **_prefetch(op, prefetch_steps, bk, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
 
@@ -434,8 +457,9 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     bp = min(shape.rows, half)
     if half % bp:
         raise ValueError(f"{where}: head_dim {d}: {bp} pairs per program do not divide its {half} pairs")
-    require(where, "x", x, dtype=ACTIVATION_DTYPES)
-    dev, k = x.device, x.numel()
+    op = None if y is not None else as_operand(weight)
+    k, xp = _gemv_input(where, x, op, norm_weight)
+    dev = x.device
     norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
     require(where, "q_out", q_out, numel=heads.n_heads * d, dtype=_out_dtypes(x), device=dev)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -447,13 +471,11 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
         if t.dim() != 2 or t.shape[1] != half:
             raise ValueError(f"{where}: {name} must be (positions, head_dim / 2 = {half}), not {tuple(t.shape)}")
     require(where, "position", position, dtype=(torch.int64, torch.int32), numel=1, device=dev)
-    op = None
     if y is not None:
         if weight is not None:
             raise ValueError(f"{where}: give the weight or a packed path's output y, not both")
         require(where, "y", y, numel=heads.qkv_rows, device=dev)
     else:
-        op = as_operand(weight)
         op.validate(where, "weight", dev)
         if (op.n, op.k) != (heads.qkv_rows, k):
             raise ValueError(f"{where}: weight is {op.n} x {op.k}; the heads and x need {heads.qkv_rows} x {k}")
@@ -466,7 +488,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
         x, g, ss, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, INT4_MAGIC, prefetch_programs(grid[0], prefetching), K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl,
+        XP=xp, NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
 
@@ -478,24 +500,27 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps,
     prefetching: as linear's. gate, up and SiLU(gate) * up are rounded to `act_dtype` (default out's
     dtype); out may be float32 holding those rounded values (the lever x_fp32: the down GEMV then
-    converts nothing)."""
+    converts nothing), or int32: the down GEMV's f16 pairs of them (int4_pairs; the lever x_pairs)."""
     where = "gate_up"
-    require(where, "x", x, dtype=ACTIVATION_DTYPES)
-    dev, k = x.device, x.numel()
-    require(where, "out", out, dtype=(*_out_dtypes(x), torch.float32), device=dev)
+    op = None if y is not None else as_operand(weight)
+    k, xp = _gemv_input(where, x, op, norm_weight)
+    dev = x.device
+    require(where, "out", out, dtype=(*_out_dtypes(x), torch.float32, torch.int32), device=dev)
     act = out.dtype if act_dtype is None else act_dtype
-    if act not in ACTIVATION_DTYPES or out.dtype not in (act, torch.float32):
+    if act not in ACTIVATION_DTYPES or out.dtype not in (act, torch.float32, torch.int32):
         raise ValueError(f"{where}: out ({str(out.dtype).removeprefix('torch.')}) must hold the activations' dtype "
-                         f"act_dtype ({str(act).removeprefix('torch.')}), or float32 (their values, for the next GEMV)")
+                         f"act_dtype ({str(act).removeprefix('torch.')}), float32 (their values, for the next GEMV) "
+                         "or int32 (their f16 pairs, for an int4 GEMV)")
     norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
-    inter = out.numel()
-    op = None
+    out_pairs = out.dtype == torch.int32
+    inter = 2 * out.numel() if out_pairs else out.numel()
+    if out_pairs and inter % INT4_GROUP:
+        raise ValueError(f"{where}: out as f16 pairs needs whole groups of {INT4_GROUP}: intermediate size {inter} is not")
     if y is not None:
         if weight is not None:
             raise ValueError(f"{where}: give the weight or a packed path's output y, not both")
         require(where, "y", y, numel=2 * inter, device=dev)
     else:
-        op = as_operand(weight)
         op.validate(where, "weight", dev)
         if (op.n, op.k) != (2 * inter, k):
             raise ValueError(f"{where}: weight is {op.n} x {op.k}; out and x need {2 * inter} x {k}")
@@ -504,10 +529,10 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     w, s, z = _operand_args(op, x)
     grid = triton.cdiv(inter, bn)
     _gate_up_kernel[(grid,)](
-        x, g, ss, w, s, z, y if y is not None else x, out, eps, INT4_MAGIC, prefetch_programs(grid, prefetching),
-        ACT=_TL_DTYPES[act], I=inter, K=k, KP=p2(k), BN=bn,
+        x, g, ss, w, s, z, y if y is not None else x, out.view(torch.float16) if out_pairs else out, eps, INT4_MAGIC,
+        prefetch_programs(grid, prefetching), ACT=_TL_DTYPES[act], I=inter, K=k, KP=p2(k), BN=bn,
         BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile,
-        NORM=norm, FROM_Y=y is not None, PDL=pdl,
+        XP=xp, NORM=norm, FROM_Y=y is not None, PDL=pdl, OUT_PAIRS=out_pairs,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
 
@@ -517,8 +542,8 @@ _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.floa
 
 def _out_dtypes(x) -> tuple:
     """The dtypes a GEMV's outputs may have for its input x: x's; any activation dtype when x is
-    float32 (it may hold bf16 values, written so by the lever x_fp32)."""
-    return ACTIVATION_DTYPES if x.dtype == torch.float32 else (x.dtype,)
+    float32 (it may hold bf16 values, written so by the lever x_fp32) or f16 pairs (x_pairs)."""
+    return ACTIVATION_DTYPES if x.dtype in (torch.float32, torch.int32) else (x.dtype,)
 
 
 def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> dict:
@@ -533,13 +558,17 @@ def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> 
 def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:
     """x += y (unless y is None), then xn = RMSNorm(x) * norm_weight: one program, for paths whose
     own GEMV runs outside these kernels, and the norm apart (launch.py's lever norm). xn has x's
-    dtype, or float32 (x's dtype's values, which a GEMV then reads without converting)."""
+    dtype, or float32 (x's dtype's values, which a GEMV then reads without converting), or int32 (their
+    f16 pairs, h / 2 of them, for an int4 GEMV: int4_pairs, the lever x_pairs)."""
     where = "add_norm"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     h = x.numel()
     if y is not None:
         require(where, "y", y, numel=h, device=x.device)
     require(where, "norm_weight", norm_weight, numel=h, device=x.device)
-    require(where, "xn", xn, numel=h, dtype=(x.dtype, torch.float32), device=x.device)
-    _add_norm_kernel[(1,)](x, y if y is not None else x, norm_weight, xn, eps, H=h, HP=p2(h), ADD=y is not None, PDL=pdl,
-                           **launch_options(4, pdl))
+    pairs = isinstance(xn, torch.Tensor) and xn.dtype == torch.int32
+    if pairs and h % INT4_GROUP:
+        raise ValueError(f"{where}: xn as f16 pairs needs whole groups of {INT4_GROUP}: x has {h} values")
+    require(where, "xn", xn, numel=h // 2 if pairs else h, dtype=(x.dtype, torch.float32, torch.int32), device=x.device)
+    _add_norm_kernel[(1,)](x, y if y is not None else x, norm_weight, xn.view(torch.float16) if pairs else xn, eps, H=h, HP=p2(h),
+                           ADD=y is not None, PDL=pdl, PAIRS=pairs, **launch_options(4, pdl))

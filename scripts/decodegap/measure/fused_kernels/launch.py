@@ -43,6 +43,13 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        float32 holding their bf16 values, so a GEMV's loop converts no input (ahead
                        --loops: 6.5-7.8 instructions a weight to 5.1-6.3 for Qwen-2.5-7B's int4 qkv,
                        gate_up and down); the numbers are the same
+  x_pairs              per weight format (int4 only; true, or the card widths it is on for), with the norm
+                       apart: the inputs the step writes for its qkv, gate_up and down GEMVs stored as
+                       f16 pairs in the int4 words' order (add_norm, gate_up's epilogue), which those
+                       GEMVs read two weights an instruction in packed halves (int4_pairs.py: about two
+                       SASS instructions a weight against 4.6-7.8); o reads the attention's output as
+                       before. Its GEMV shapes are the table's "int4_pairs" ones (else int4's). The
+                       numbers differ from the float32 loop's by f16's rounding of x and of four-product sums
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -61,6 +68,9 @@ from dataclasses import dataclass, field
 
 ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
 FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernels read (gemv.WeightOperand)
+# how the GEMVs read them: each format as stored, and int4 against x as f16 pairs (the lever x_pairs), whose
+# shapes a table may give apart (a read without its own shapes takes its format's)
+READS = FORMATS + ("int4_pairs",)
 COMBINES = ("separate", "in_split")
 NORMS = ("program", "sum", "apart")
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
@@ -80,9 +90,18 @@ def _check_whole(name: str, value, least: int) -> None:
         raise ValueError(f"launch shapes: {name} must be a whole number >= {least}, not {value!r}")
 
 
-def _check_format(fmt, where: str) -> None:
-    if fmt not in FORMATS:
-        raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(FORMATS)}")
+def _check_format(fmt, where: str, known=FORMATS) -> None:
+    if fmt not in known:
+        raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(known)}")
+
+
+def _check_widths_lever(value, name: str) -> None:
+    """A lever given per format as true, false or the card widths it is on for (x_fp32, x_pairs)."""
+    ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
+    if not isinstance(value, dict) or not all(ok(v) for v in value.values()):
+        raise ValueError(f"launch shapes: {name} must be {{format: true, false or [card widths]}}, not {value!r}")
+    for fmt in value:
+        _check_format(fmt, f"launch shapes: {name}")
 
 
 @dataclass(frozen=True)
@@ -160,6 +179,7 @@ class LaunchShapes:
     pdl_prefetch: dict = field(default_factory=dict)
     pdl_prefetch_per_sm: int = 2
     x_fp32: dict = field(default_factory=dict)
+    x_pairs: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -169,17 +189,23 @@ class LaunchShapes:
             _check_format(fmt, "launch shapes: pdl_prefetch")
             _check_whole("pdl_prefetch", steps, 0)
         _check_whole("pdl_prefetch_per_sm", self.pdl_prefetch_per_sm, 1)
-        ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
-        if not isinstance(self.x_fp32, dict) or not all(ok(v) for v in self.x_fp32.values()):
-            raise ValueError(f"launch shapes: x_fp32 must be {{format: true, false or [card widths]}}, not {self.x_fp32!r}")
-        for fmt in self.x_fp32:
-            _check_format(fmt, "launch shapes: x_fp32")
+        _check_widths_lever(self.x_fp32, "x_fp32")
+        _check_widths_lever(self.x_pairs, "x_pairs")
+        for fmt, on in self.x_pairs.items():
+            if on and fmt != "int4":
+                raise ValueError(f"launch shapes: x_pairs is a lever of int4 weights only, not {fmt}")
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         float32 (the lever x_fp32)."""
         on = self.x_fp32.get(fmt, False)
         return hidden in on if isinstance(on, list) else on
+
+    def x_pairs_for(self, fmt: str, hidden: int | None = None) -> bool:
+        """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
+        f16 pairs (the lever x_pairs; it takes the norm apart, whose launch writes them)."""
+        on = self.x_pairs.get(fmt, False)
+        return (hidden in on if isinstance(on, list) else on) and self.norm_for(fmt) == "apart"
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -194,11 +220,12 @@ class LaunchShapes:
         return self.norm.get(fmt, "program")
 
     def gemv_for(self, fmt: str, role: str, hidden: int | None = None) -> GemvConfig:
-        """The shape of `role` for weights stored as `fmt` in a card of width `hidden`: the width's own
-        shape, else the GPU's; a format without its own shapes takes the dense ones (lm_head is always
-        dense)."""
+        """The shape of `role` for weights read as `fmt` (READS) in a card of width `hidden`: the width's
+        own shape, else the GPU's; a read without its own shapes takes its storage format's
+        ("int4_pairs": int4's), a format without its own the dense ones (lm_head is always dense)."""
         own = self.gemv_by_hidden.get(hidden, {})
-        for table in (own.get(fmt), self.gemv.get(fmt), own.get("dense"), self.gemv["dense"]):
+        base = fmt.split("_")[0]
+        for table in (own.get(fmt), self.gemv.get(fmt), own.get(base), self.gemv.get(base), own.get("dense"), self.gemv["dense"]):
             if table and role in table:
                 return table[role]
         raise KeyError(f"launch shapes: no GEMV shape for role {role!r}")
@@ -220,6 +247,8 @@ class LaunchShapes:
             out["pdl_prefetch_per_sm"] = self.pdl_prefetch_per_sm
         if any(self.x_fp32.values()):  # absent when off: records made before the lever read the same
             out["x_fp32"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_fp32.items()}
+        if any(self.x_pairs.values()):  # absent when off: records made before the lever read the same
+            out["x_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_pairs.items()}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -288,6 +317,13 @@ _H200_PDL_PREFETCH = {"dense": 1, "int4": 1}
 # float32, Qwen-2.5-7B's 0.974-0.993x (its int4 shapes were tuned reading bf16 x), the bf16 steps 0.968-0.997x
 # and the fp8 ones 0.829-0.863x: int4 takes it at width 4096 only.
 _H200_X_FP32 = {"int4": [4096]}
+# The lever x_pairs: int4's qkv, gate_up and down read their inputs as f16 pairs, two weights an instruction
+# (int4_pairs.py). Its shapes are each role's best in benchmarks/int4_packed_gemv.py (2026-12-03, code 76c848b,
+# GPU-515172d2; results/benchmarks/int4_packed_gemv_h200.txt: there 1.23-1.45x the float32 loop's time on these
+# roles) over Qwen-2.5-7B's and Llama-3.1-8B's shapes, as the kernels count rows (qkv and gate_up: half the tile's).
+_H200_X_PAIRS = {"int4": True}
+_H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024, 8)}
+_H200_INT4_PAIRS_4096 = {"down": (4, 1024, 4)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -302,12 +338,15 @@ _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8,
 _H200_ATTENTION = AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages=3, skip_empty=False, combine="separate",
                                   combine_cols=32)
 
+_H200_BY_HIDDEN[4096]["int4_pairs"] = _gemv_table(_H200_INT4_PAIRS_4096)
+
 LAUNCH_SHAPES = {
-    "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
+    "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4),
+                               "int4_pairs": _gemv_table(_H200_INT4_PAIRS)},
                          attention=_H200_ATTENTION,
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, combine by 32 columns)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
-                         x_fp32=_H200_X_FP32),
+                         x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
@@ -390,19 +429,19 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
     gemv = {fmt: dict(roles) for fmt, roles in base.gemv.items()}
     for fmt, roles in (spec.get("gemv") or {}).items():
-        _check_format(fmt, "gemv_configs['gemv']")
-        gemv[fmt].update(_gemv_from_json(roles, f"gemv_configs['gemv'][{fmt!r}]"))
+        _check_format(fmt, "gemv_configs['gemv']", READS)
+        gemv.setdefault(fmt, {}).update(_gemv_from_json(roles, f"gemv_configs['gemv'][{fmt!r}]"))
     # a shape given for every width replaces the table's width-specific one (what is given is what runs)
     by_hidden = _without(base.gemv_by_hidden, spec.get("gemv") or {})
     for hidden, fmts in (spec.get("gemv_by_hidden") or {}).items():
@@ -411,7 +450,7 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
             raise ValueError(f"{where}: a card's hidden size (a whole number), not {hidden!r}")
         own = by_hidden.setdefault(int(hidden), {})
         for fmt, roles in fmts.items():
-            _check_format(fmt, where)
+            _check_format(fmt, where, READS)
             own[fmt] = {**own.get(fmt, {}), **_gemv_from_json(roles, f"{where}[{fmt!r}]")}
     attention = base.attention
     if spec.get("attention"):
@@ -427,9 +466,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     x_fp32 = dict(base.x_fp32)
     given = spec.get("x_fp32", {})
     x_fp32.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # true or false: every format's
+    x_pairs = dict(base.x_pairs)
+    given = spec.get("x_pairs", {})
+    x_pairs.update({"int4": given} if not isinstance(given, dict) else given)  # true or false: int4's, the one format it reads
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch, x_fp32=x_fp32,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

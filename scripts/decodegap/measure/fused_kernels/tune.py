@@ -23,6 +23,7 @@ import torch
 from decodegap.measure.fused_kernels import split_attention as attn
 from decodegap.measure.fused_kernels import gemv
 from decodegap.measure.fused_kernels.common import pdl_available
+from decodegap.measure.fused_kernels.int4_pairs import x_pairs as x_pairs_of
 from decodegap.measure.fused_kernels.launch import (
     FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, launch_shapes_for, sm_count_of)
 from decodegap.measure.fused_kernels.ops import dequantize
@@ -153,6 +154,7 @@ class RoleBench:
         self.kc, self.vc = (torch.empty(hkv, 64, d, device=device, dtype=dtype) for _ in range(2))
         self.out = torch.empty(n // 2 if role == "gate_up" else n, device=device, dtype=dtype)
         self.res = r(n)
+        self._pairs = None  # the input as f16 pairs, made on the first launch that asks (x_pairs)
         normed = role in ("qkv", "gate_up", "lm_head")
         self.bytes = stored + k * 2 + (n * 2 if self.bias is not None else 0) + (k * 2 if normed else 0) + \
             (n * 2 if role in ("o", "down") else 0)
@@ -165,14 +167,19 @@ class RoleBench:
         return self.x, {"norm_weight": self.g, "norm_sum": self.x_sum if norm == "sum" else None}
 
     def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0,
-               prefetching: int | None = None, x_fp32: bool = False) -> None:
-        """One launch on weight copy i; x_fp32: the input as float32 holding its values (the lever x_fp32)."""
+               prefetching: int | None = None, x_fp32: bool = False, x_pairs: bool = False) -> None:
+        """One launch on weight copy i; x_fp32: the input as float32 holding its values (the lever x_fp32);
+        x_pairs: as int4_pairs' f16 pairs (the lever x_pairs: int4, x given normalised)."""
         op = self.ops[i]
         pdl = {"pdl": pdl, "prefetch_steps": prefetch, "prefetching": prefetching}
         x = self.x.float() if x_fp32 else self.x
         if self.role in ("qkv", "gate_up", "lm_head"):
             x, kw = self._normed_input(norm)
             x = x.float() if x_fp32 and norm == "none" else x  # a norm prologue takes x as stored
+        if x_pairs:
+            if self._pairs is None:
+                self._pairs = x_pairs_of(x).view(-1)
+            x = self._pairs
         if self.role == "qkv":
             gemv.qkv_rope(x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
                           k_cache=self.kc, v_cache=self.vc, eps=self.eps, shape=shape, bias=self.bias, **pdl, **kw)
