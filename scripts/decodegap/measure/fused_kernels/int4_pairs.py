@@ -26,9 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from decodegap.measure.fused_kernels.common import int4_groups
+from decodegap.measure.fused_kernels.common import INT4_GROUP as GROUP, int4_groups
 
-GROUP = 128
 XP_OFF, XP_PTX, XP_EMULATED = 0, 1, 2  # the kernels' XP: x as given; as pairs, through inline PTX; as pairs, emulated
 
 
@@ -129,14 +128,19 @@ def store_pairs(h_ptr, cols, v, mask):
     tl.store(h_ptr + slot, v.to(tl.float16), mask=mask)
 
 
+def _nibble_weights(device) -> torch.Tensor:
+    """What the input of nibble j is multiplied by in the pairs: 1, or 16 for odd j (read as 16 q), shaped
+    (1, 8, 1) for a (groups, nibble, word) view."""
+    return torch.tensor([1, 16, 1, 16, 1, 16, 1, 16], dtype=torch.float32, device=device).view(1, 8, 1)
+
+
 def x_pairs(x: torch.Tensor) -> torch.Tensor:
     """The pairs of x as the kernels write them, in torch: (groups, 4, 16) int32, pair p of word i =
     (x[16 p + i], x[16 (p + 4) + i]) as f16 bits, the odd pairs divided by 16."""
     k = x.numel()
     if k % GROUP:
         raise ValueError(f"x_pairs: {k} columns, not whole groups of {GROUP}")
-    v = x.float().view(k // GROUP, 8, 16)  # group, nibble j, word i
-    v = v / torch.tensor([1, 16, 1, 16, 1, 16, 1, 16], dtype=torch.float32, device=x.device).view(1, 8, 1)
+    v = x.float().view(k // GROUP, 8, 16) / _nibble_weights(x.device)  # group, nibble j, word i
     lo, hi = v[:, [0, 1, 2, 3]], v[:, [4, 5, 6, 7]]  # pairs (0, 4), (1, 5), (2, 6), (3, 7)
     bits = lambda t: t.to(torch.float16).view(torch.int16).to(torch.int32) & 0xFFFF  # noqa: E731
     return (bits(lo) | (bits(hi) << 16)).contiguous()
@@ -147,8 +151,7 @@ def from_pairs(pairs: torch.Tensor) -> torch.Tensor:
     g = pairs.numel() // 64
     h = pairs.contiguous().view(torch.float16).view(g, 4, 16, 2).float()  # group, pair p, word i, half
     v = torch.cat((h[..., 0], h[..., 1]), dim=1)  # nibble j = p + 4 half
-    v = v * torch.tensor([1, 16, 1, 16, 1, 16, 1, 16], dtype=torch.float32, device=pairs.device).view(1, 8, 1)
-    return v.reshape(-1)
+    return (v * _nibble_weights(pairs.device)).reshape(-1)
 
 
 def ptx_reference(words: torch.Tensor, xp: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:

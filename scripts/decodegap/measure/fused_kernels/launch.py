@@ -95,6 +95,12 @@ def _check_format(fmt, where: str, known=FORMATS) -> None:
         raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(known)}")
 
 
+def _on_for(lever: dict, fmt: str, hidden: int | None) -> bool:
+    """Whether a lever given per format as true, false or card widths is on for `fmt` at width `hidden`."""
+    on = lever.get(fmt, False)
+    return hidden in on if isinstance(on, list) else on
+
+
 def _check_widths_lever(value, name: str) -> None:
     """A lever given per format as true, false or the card widths it is on for (x_fp32, x_pairs)."""
     ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
@@ -198,14 +204,12 @@ class LaunchShapes:
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         float32 (the lever x_fp32)."""
-        on = self.x_fp32.get(fmt, False)
-        return hidden in on if isinstance(on, list) else on
+        return _on_for(self.x_fp32, fmt, hidden)
 
     def x_pairs_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         f16 pairs (the lever x_pairs; it takes the norm apart, whose launch writes them)."""
-        on = self.x_pairs.get(fmt, False)
-        return (hidden in on if isinstance(on, list) else on) and self.norm_for(fmt) == "apart"
+        return _on_for(self.x_pairs, fmt, hidden) and self.norm_for(fmt) == "apart"
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
