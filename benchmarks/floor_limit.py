@@ -83,6 +83,10 @@ PDL_PREFETCH = ((1, 2), (1, 8), (4, 2), (4, 8))
 PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
+# the lever load_ahead's variants, (read, roles): the roles whose loops ptxas keeps (does not unroll) on sm_90
+# (fused_kernels.ahead --loops: "a loop"), each read's all together and int4 pairs' two apart
+LOAD_AHEAD = (("dense", ("o", "gate_up", "down", "lm_head")), ("dense", ("down",)), ("fp8", ("qkv", "o", "gate_up", "down")),
+              ("int4", ("o",)), ("int4_pairs", ("gate_up", "down")), ("int4_pairs", ("gate_up",)), ("int4_pairs", ("down",)))
 STAGES = (1, 2, 3, 4, 6)  # the pipelining depths the stages part tries (3 is Triton's default on CUDA)
 CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel against float32 (bf16: its roundings)
 # the read-only kernel's launch shapes, (int32 words a block, blocks a program, warps): the ceiling takes the best per role
@@ -812,6 +816,10 @@ def lever_variants(table, device) -> dict:
     now = table.x_pairs.get("int4", False)  # int4's GEMV inputs written as f16 pairs (int4_pairs.py)
     for on in ([True, False] if isinstance(now, list) else [not now]):
         out[f"int4 x pairs {'on' if on else 'off'}"] = {"x_pairs": {"int4": on}}
+    for read, roles in LOAD_AHEAD:  # each loop step's weights loaded one step ahead, in these roles (on where the table has it off)
+        now = table.load_ahead.get(read, [])
+        flipped = sorted(set(now) ^ set(roles), key=fk.ROLES.index)
+        out[f"{read} load ahead {'+'.join(roles)} {'off' if set(roles) <= set(now) else 'on'}"] = {"load_ahead": {read: flipped}}
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
@@ -856,7 +864,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                 base = None
                 fmt = formats_of([quant])[0]
                 for name, change in variants.items():
-                    if set(change or {}) in ({"gemv"}, {"x_fp32"}, {"x_pairs"}) and fmt not in change[next(iter(change))]:
+                    if set(change or {}) in ({"gemv"}, {"x_fp32"}, {"x_pairs"}, {"load_ahead"}) and \
+                            not {fmt, f"{fmt}_pairs"} & set(change[next(iter(change))]):
                         continue  # a lever of another storage format's GEMVs only
                     if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
                         continue  # the table's own norm for this format: the table's step

@@ -698,3 +698,65 @@ def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded()
         fk.resolve({"x_pairs": {"fp8": True}}, "cpu")
     with pytest.raises(ValueError, match="unknown format 'int8_pairs'"):
         fk.resolve({"gemv": {"int8_pairs": {}}}, "cpu")
+
+
+@pytest.mark.parametrize("fmt", ["dense", "fp8", "int4", "int4 pairs"])
+def test_loading_each_step_ahead_gives_the_same_numbers(fmt, gen):
+    """The lever load_ahead only moves each loop step's weight loads one step earlier: linear, gate_up
+    and qkv_rope give the same bits with it as without, over a ragged last step (K = 384 in steps of 256:
+    the look-ahead past the last group or column is masked off) and a half-empty last program."""
+    from decodegap.measure.fused_kernels.int4_pairs import x_pairs
+
+    n, k, inter = 37, 384, 40
+    stored = "int4" if fmt == "int4 pairs" else fmt
+    x = torch.randn(k, generator=gen).to(torch.bfloat16)
+    g = None if fmt == "int4 pairs" else (1 + torch.randn(k, generator=gen) / 4).to(torch.bfloat16)
+    xin = x_pairs(x).view(-1) if fmt == "int4 pairs" else x
+    off = fk.GemvConfig(rows=4, block_k=256, warps=4)
+    on = dataclasses.replace(off, load_ahead=True)
+    w, _ = _weight(stored, n, k, gen, torch.bfloat16)
+    wg, _ = _weight(stored, 2 * inter, k, gen, torch.bfloat16)
+    heads = fk.HeadLayout(2, 1, 16)
+    wq, _ = _weight(stored, heads.qkv_rows, k, gen, torch.bfloat16)
+    runs = []
+    for shape in (off, on):
+        out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
+        fk.linear(xin, w, out, shape=shape, norm_weight=g, eps=1e-6)
+        h = torch.full((inter,), float("nan"), dtype=torch.bfloat16)
+        fk.gate_up(xin, wg, h, norm_weight=g, eps=1e-6, shape=shape, act_dtype=torch.bfloat16)
+        q, kc, vc = (torch.zeros(2 * 16, dtype=torch.bfloat16), torch.zeros(1, 8, 16, dtype=torch.bfloat16),
+                     torch.zeros(1, 8, 16, dtype=torch.bfloat16))
+        fk.qkv_rope(xin, wq, heads=heads, position=torch.tensor([3]), cos=torch.ones(8, 8, dtype=torch.bfloat16),
+                    sin=torch.zeros(8, 8, dtype=torch.bfloat16), q_out=q, k_cache=kc, v_cache=vc, norm_weight=g, eps=1e-6, shape=shape)
+        runs.append((out, h, q, kc, vc))
+    assert not runs[0][0].isnan().any() and not runs[0][1].isnan().any() and runs[0][2].abs().sum() > 0
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_the_load_ahead_lever_is_per_read_and_role_and_recorded():
+    """load_ahead names, per read, the roles it is on for: gemv_for sets it on those shapes only, at every
+    card width; the step runs and records it per role, with the same logits as without; a bad read or
+    role is a ValueError that names it."""
+    t = fk.resolve({"load_ahead": {"int4_pairs": ["gate_up", "down"], "dense": ["down"]}}, "cpu")
+    assert t.gemv_for("int4_pairs", "down").load_ahead and t.gemv_for("int4_pairs", "gate_up", 4096).load_ahead
+    assert not t.gemv_for("int4", "down").load_ahead and not t.gemv_for("int4_pairs", "qkv").load_ahead
+    assert t.gemv_for("dense", "down", 4096).load_ahead and not t.gemv_for("fp8", "down").load_ahead
+    assert fk.resolve(t.as_dict(), "cpu") == t and t.gemv_for("dense", "down").as_dict()["load_ahead"] is True
+    assert "load_ahead" not in fk.resolve(None, "cpu").as_dict()  # off: records made before the lever read the same
+    with pytest.raises(ValueError, match=r"load_ahead\['int4_pairs'\]: unknown role\(s\) 'gateup'"):
+        fk.resolve({"load_ahead": {"int4_pairs": ["gateup"]}}, "cpu")
+    with pytest.raises(ValueError, match="load_ahead: unknown format 'int8'"):
+        fk.resolve({"load_ahead": {"int8": ["down"]}}, "cpu")
+    with pytest.raises(ValueError, match=r"load_ahead must be \{read: \[roles\]\}"):
+        fk.resolve({"load_ahead": {"dense": True}}, "cpu")
+    path = get_weight_path("int4-triton")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    levers = {"norm": "apart", "x_pairs": True, "gemv": {"int4_pairs": {r: {"rows": 8, "block_k": 128, "warps": 4} for r in ("gate_up", "down")}}}
+    reference = path.prepare(build_model(WIDE, "cpu", "sdpa", 0).float())
+    logits = []
+    for ahead in ([], ["gate_up", "down"]):
+        net = FusedModel(dense, path, 64, backend="triton", gemv_configs={**levers, "load_ahead": {"int4_pairs": ahead}})
+        assert [r for r, c in net.describe()["gemv"].items() if c.get("load_ahead")] == ahead
+        logits.append(logit_check(reference, net, prompt_tokens=20, steps=2))
+    assert logits[0]["rel_l2_max"] == logits[1]["rel_l2_max"]

@@ -91,21 +91,27 @@ def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
 
 @triton.jit
 def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-               XP: tl.constexpr):
+               XP: tl.constexpr, LA: tl.constexpr):
     """W[rows] . x over K for int4 words (gemv.py's format) and x as pairs (module docstring): BK / 128
-    groups a loop step, each word's dot in packed halves, scaled per group in float32."""
+    groups a loop step, each word's dot in packed halves, scaled per group in float32. LA (the lever
+    load_ahead): each step's words, scales and zeros loaded one step ahead, in flight during the math."""
     GB: tl.constexpr = BK // 128
     NG: tl.constexpr = K // 128
     g0 = tl.arange(0, GB)
     i16 = tl.arange(0, 16)
     acc = tl.zeros((R, GB, 16), tl.float32)
+    if LA:
+        words, scale, zi = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, g0, K)
     for k0 in range(0, K, BK):
         grp = k0 // 128 + g0
         gmask = grp < NG
-        words, scale, zi = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, grp, K)
-        zi = zi.to(tl.int32)
-        z0 = tl.broadcast_to(((zi + 0x6400) * 65537)[:, :, None], (R, GB, 16))
-        z1 = tl.broadcast_to(((16 * zi + 0x6400) * 65537)[:, :, None], (R, GB, 16))
+        if LA:  # the next step's tile (masked off past the last group): its loads overlap this step's math
+            words_next, scale_next, zi_next = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, grp + GB, K)
+        else:
+            words, scale, zi = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, grp, K)
+        zw = zi.to(tl.int32)
+        z0 = tl.broadcast_to(((zw + 0x6400) * 65537)[:, :, None], (R, GB, 16))
+        z1 = tl.broadcast_to(((16 * zw + 0x6400) * 65537)[:, :, None], (R, GB, 16))
         xb = xp_ptr + (grp * 64)[:, None] + i16[None, :]
         xm = gmask[:, None]
         x0 = tl.broadcast_to(tl.load(xb, mask=xm, other=0)[None, :, :], (R, GB, 16))
@@ -113,6 +119,8 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
         x2 = tl.broadcast_to(tl.load(xb + 32, mask=xm, other=0)[None, :, :], (R, GB, 16))
         x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
         acc += word_dot(words, x0, x1, x2, x3, z0, z1, XP) * scale[:, :, None]
+        if LA:
+            words, scale, zi = words_next, scale_next, zi_next
     return tl.sum(tl.sum(acc, axis=2), axis=1)
 
 

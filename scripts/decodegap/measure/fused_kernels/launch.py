@@ -50,6 +50,13 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        SASS instructions a weight against 4.6-7.8); o reads the attention's output as
                        before. Its GEMV shapes are the table's "int4_pairs" ones (else int4's). The
                        numbers differ from the float32 loop's by f16's rounding of x and of four-product sums
+  load_ahead           per read (READS) the roles whose GEMV loop loads each step's weight tile (for
+                       int4 its scales and zeros too) one step ahead, into registers, so its loads are
+                       in flight while the step before is multiplied. Triton does not pipeline these
+                       loads itself (their stages change nothing, floor_limit_stages_h200.txt); ptxas
+                       hoists them only where it unrolls the loop over K (a few trips), so it is a
+                       lever per role: a loop it keeps waits out each step's load latency with no
+                       other load of the warp's outstanding
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -101,6 +108,17 @@ def _on_for(lever: dict, fmt: str, hidden: int | None) -> bool:
     return hidden in on if isinstance(on, list) else on
 
 
+def _check_roles_lever(value, name: str) -> None:
+    """A lever given per read (READS) as the roles it is on for (load_ahead)."""
+    if not isinstance(value, dict) or not all(isinstance(v, (list, tuple)) for v in value.values()):
+        raise ValueError(f"launch shapes: {name} must be {{read: [roles]}}, not {value!r}")
+    for fmt, roles in value.items():
+        _check_format(fmt, f"launch shapes: {name}", READS)
+        unknown = [r for r in roles if r not in ROLES]
+        if unknown:
+            raise ValueError(f"launch shapes: {name}[{fmt!r}]: unknown role(s) {', '.join(map(repr, unknown))}; roles are {', '.join(ROLES)}")
+
+
 def _check_widths_lever(value, name: str) -> None:
     """A lever given per format as true, false or the card widths it is on for (x_fp32, x_pairs)."""
     ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
@@ -117,13 +135,15 @@ class GemvConfig:
     whole groups), `warps` per program, `x_tile`: the input chunk loaded as a tile of W's shape
     instead of a vector (gemv.py's docstring says what that trades), and `stages`: Triton's software
     pipelining depth for the loop over K (how many loop steps' loads may be in flight; None leaves
-    Triton's default, 3 on CUDA, which every shape had before this field)."""
+    Triton's default, 3 on CUDA, which every shape had before this field), `load_ahead`: each loop
+    step's weights loaded one step ahead (the lever of that name; LaunchShapes.gemv_for sets it)."""
 
     rows: int
     block_k: int
     warps: int
     x_tile: bool = False
     stages: int | None = None
+    load_ahead: bool = False
 
     def __post_init__(self):
         if self.stages is not None and (isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1):
@@ -133,6 +153,8 @@ class GemvConfig:
         out = {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
         if self.stages is not None:  # absent = Triton's default: shapes recorded before this field read the same
             out["stages"] = self.stages
+        if self.load_ahead:  # absent when off: shapes recorded before this field read the same
+            out["load_ahead"] = True
         return out
 
 
@@ -186,6 +208,7 @@ class LaunchShapes:
     pdl_prefetch_per_sm: int = 2
     x_fp32: dict = field(default_factory=dict)
     x_pairs: dict = field(default_factory=dict)
+    load_ahead: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -197,6 +220,7 @@ class LaunchShapes:
         _check_whole("pdl_prefetch_per_sm", self.pdl_prefetch_per_sm, 1)
         _check_widths_lever(self.x_fp32, "x_fp32")
         _check_widths_lever(self.x_pairs, "x_pairs")
+        _check_roles_lever(self.load_ahead, "load_ahead")
         for fmt, on in self.x_pairs.items():
             if on and fmt != "int4":
                 raise ValueError(f"launch shapes: x_pairs is a lever of int4 weights only, not {fmt}")
@@ -226,12 +250,16 @@ class LaunchShapes:
     def gemv_for(self, fmt: str, role: str, hidden: int | None = None) -> GemvConfig:
         """The shape of `role` for weights read as `fmt` (READS) in a card of width `hidden`: the width's
         own shape, else the GPU's; a read without its own shapes takes its storage format's
-        ("int4_pairs": int4's), a format without its own the dense ones (lm_head is always dense)."""
+        ("int4_pairs": int4's), a format without its own the dense ones (lm_head is always dense);
+        with load_ahead set where the lever is on for the read and role."""
         own = self.gemv_by_hidden.get(hidden, {})
         base = fmt.split("_")[0]
         for table in (own.get(fmt), self.gemv.get(fmt), own.get(base), self.gemv.get(base), own.get("dense"), self.gemv["dense"]):
             if table and role in table:
-                return table[role]
+                shape = table[role]
+                if role in self.load_ahead.get(fmt, ()) and not shape.load_ahead:
+                    shape = dataclasses.replace(shape, load_ahead=True)
+                return shape
         raise KeyError(f"launch shapes: no GEMV shape for role {role!r}")
 
     def replace(self, **changes) -> "LaunchShapes":
@@ -253,6 +281,8 @@ class LaunchShapes:
             out["x_fp32"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_fp32.items()}
         if any(self.x_pairs.values()):  # absent when off: records made before the lever read the same
             out["x_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_pairs.items()}
+        if any(self.load_ahead.values()):  # absent when off: records made before the lever read the same
+            out["load_ahead"] = {fmt: list(roles) for fmt, roles in self.load_ahead.items() if roles}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
             out["gemv_by_hidden"] = {str(h): {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in fmts.items()}
                                      for h, fmts in self.gemv_by_hidden.items()}
@@ -326,6 +356,10 @@ _H200_X_FP32 = {"int4": [4096]}
 # GPU-515172d2; results/benchmarks/int4_packed_gemv_h200.txt: there 1.23-1.45x the float32 loop's time on these
 # roles) over Qwen-2.5-7B's and Llama-3.1-8B's shapes, as the kernels count rows (qkv and gate_up: half the tile's).
 _H200_X_PAIRS = {"int4": True}
+# The lever load_ahead: the int4 pairs' gate_up and down loops (7 and 19-28 trips, kept as loops by ptxas)
+# load each step's words one step ahead (floor_limit.py --parts levers, 2026-12-03; results/benchmarks/
+# floor_limit_levers_ahead_h200.txt, with every read's other candidate roles measured beside it).
+_H200_LOAD_AHEAD = {"int4_pairs": ["gate_up", "down"]}
 _H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024, 8)}
 _H200_INT4_PAIRS_4096 = {"down": (4, 1024, 4)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
@@ -348,9 +382,9 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4),
                                "int4_pairs": _gemv_table(_H200_INT4_PAIRS)},
                          attention=_H200_ATTENTION,
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs, combine by 32 columns)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs loading ahead, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
-                         x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS),
+                         x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS, load_ahead=_H200_LOAD_AHEAD),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},
@@ -433,12 +467,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "load_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "load_ahead", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -473,9 +507,10 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     x_pairs = dict(base.x_pairs)
     given = spec.get("x_pairs", {})
     x_pairs.update({"int4": given} if not isinstance(given, dict) else given)  # true or false: int4's, the one format it reads
+    load_ahead = {**base.load_ahead, **spec.get("load_ahead", {})}  # a read given replaces the table's roles for it
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 
