@@ -448,20 +448,23 @@ def run_l2(run, cards, models, quants, device, dtype):
     key = models[0]
     card = cards[key]
 
-    def one(fmt, role):
+    hidden = card.architecture["hidden_size"]
+
+    def one(fmt, role, read):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
-        norm = NORM_INPUT_OF[table.norm_for(fmt)]  # as the step runs it (RoleBench gives o and down no norm)
+        shape = table.gemv_for(read, role, hidden)
+        pairs = read == "int4_pairs"  # the lever x_pairs: the input as f16 pairs, normalised by the launch before
+        norm = "none" if pairs else NORM_INPUT_OF[table.norm_for(fmt)]  # as the step runs it (RoleBench gives o and down no norm)
         stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
                      if t is not None)
-        row = {"model": key, "format": fmt, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
-               "check": bench.error(shape, norm=norm)}
-        row["hbm_us"] = graph_us(lambda i: bench.launch(shape, i, norm=norm), len(bench.ops), device)
-        row["l2_us"] = graph_us(lambda i: bench.launch(shape, 0, norm=norm), 1, device)
+        row = {"model": key, "format": read, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
+               "check": bench.error(shape, norm=norm, x_pairs=pairs)}
+        row["hbm_us"] = graph_us(lambda i: bench.launch(shape, i, norm=norm, x_pairs=pairs), len(bench.ops), device)
+        row["l2_us"] = graph_us(lambda i: bench.launch(shape, 0, norm=norm, x_pairs=pairs), 1, device)
         row["read_hbm_us"] = read_only_us(stored, len(bench.ops), device)
         row["read_l2_us"] = read_only_us(stored, 1, device)
         row["l2_speedup"], row["read_l2_speedup"] = row["hbm_us"] / row["l2_us"], row["read_hbm_us"] / row["read_l2_us"]
-        run.say(f"l2 {key} {fmt:5s} {role:8s} {stored / 2**20:6.1f} MiB  GEMV {row['hbm_us']:7.2f} us from HBM, {row['l2_us']:7.2f} "
+        run.say(f"l2 {key} {read:10s} {role:8s} {stored / 2**20:6.1f} MiB  GEMV {row['hbm_us']:7.2f} us from HBM, {row['l2_us']:7.2f} "
                 f"from L2 ({row['l2_speedup']:.2f}x)  read-only {row['read_hbm_us']:7.2f} / {row['read_l2_us']:7.2f} us "
                 f"({row['read_l2_speedup']:.2f}x); check {row['check']:.1e}")
         return row
@@ -469,10 +472,14 @@ def run_l2(run, cards, models, quants, device, dtype):
     for fmt in formats_of(quants):
         for role, (n, k) in role_shapes(card.architecture).items():
             stored = n * k * {"dense": 2, "fp8": 1, "int4": 0.5}[fmt]
-            if role == "lm_head" and fmt != "dense" or stored > L2_FIT_BYTES or not run.enough(f"l2 {key} {fmt} {role}", 15):
+            if role == "lm_head" and fmt != "dense" or stored > L2_FIT_BYTES:
                 continue
-            measure_one(run, out, f"l2 {key} {fmt} {role}", {"model": key, "format": fmt, "role": role}, device,
-                        lambda: one(fmt, role))
+            # int4 also as the step reads it with the lever x_pairs (qkv, gate_up, down: f16 pairs)
+            pairs = fmt == "int4" and role in ("qkv", "gate_up", "down") and table.x_pairs_for(fmt, hidden)
+            for read in (fmt, "int4_pairs") if pairs else (fmt,):
+                if run.enough(f"l2 {key} {read} {role}", 15):
+                    measure_one(run, out, f"l2 {key} {read} {role}", {"model": key, "format": read, "role": role}, device,
+                                lambda: one(fmt, role, read))
 
 
 _STREAM_READ = None

@@ -160,9 +160,10 @@ def step_issue_bounds(rows: list) -> list:
     """Per card and format, the least time the whole step's GEMVs could take at the issue bound: each
     role's instructions a weight (the table's kernel, `rows`) times the card's real weights in that
     role over all layers (config/models.yaml), over the issue rate, with the output projection in
-    bf16 as the paths keep it; beside the bytes the GEMVs stream, and the bandwidth that bound allows."""
+    bf16 as the paths keep it, and int4's qkv, gate_up and down reading f16 pairs where the table has the
+    lever x_pairs; beside the bytes the GEMVs stream, and the bandwidth that bound allows."""
     from decodegap.core.config import load_models
-    from decodegap.measure.fused_kernels.launch import FORMATS
+    from decodegap.measure.fused_kernels.launch import FORMATS, LAUNCH_SHAPES
     from decodegap.measure.fused_kernels.tune import role_shapes
 
     rate = ISSUE["sms"] * ISSUE["schedulers"] * ISSUE["lanes"] * ISSUE["clock_hz"]
@@ -172,8 +173,10 @@ def step_issue_bounds(rows: list) -> list:
         arch = cards[key].architecture
         for fmt in FORMATS:
             seconds = stored = 0.0
+            pairs = LAUNCH_SHAPES["h200"].x_pairs_for(fmt, arch["hidden_size"])
             for role, (n, k) in role_shapes(arch).items():
-                row = by_case.get(f"{key} {'dense' if role == 'lm_head' else fmt} {role}")
+                tag = " x pairs" if pairs and role in ("qkv", "gate_up", "down") else ""
+                row = by_case.get(f"{key} {'dense' if role == 'lm_head' else fmt} {role}{tag}")
                 if row is None:
                     break
                 weights = n * k * (1 if role == "lm_head" else arch["num_hidden_layers"])

@@ -290,7 +290,7 @@ class LaunchShapes:
 
 
 def _gemv_table(table: dict) -> dict:
-    return {role: GemvConfig(*shape) for role, shape in table.items()}
+    return {role: shape if isinstance(shape, GemvConfig) else GemvConfig(*shape) for role, shape in table.items()}
 
 
 # Chosen on the H200 by tune_launch_shapes (benchmarks/floor_limit.py on 2026-12-01, code 464a612;
@@ -356,12 +356,14 @@ _H200_X_FP32 = {"int4": [4096]}
 # GPU-515172d2; results/benchmarks/int4_packed_gemv_h200.txt: there 1.23-1.45x the float32 loop's time on these
 # roles) over Qwen-2.5-7B's and Llama-3.1-8B's shapes, as the kernels count rows (qkv and gate_up: half the tile's).
 _H200_X_PAIRS = {"int4": True}
-# The lever load_ahead: the int4 pairs' gate_up and down loops (7 and 19-28 trips, kept as loops by ptxas)
-# load each step's words one step ahead (floor_limit.py --parts levers, 2026-12-03; results/benchmarks/
-# floor_limit_levers_ahead_h200.txt, with every read's other candidate roles measured beside it).
-_H200_LOAD_AHEAD = {"int4_pairs": ["gate_up", "down"]}
+# The lever load_ahead (floor_limit.py --parts levers, 2026-12-03, code 665ad93, GPU-b3357425; results/
+# benchmarks/floor_limit_levers_ahead_h200.txt): only the 4096-wide cards' int4 pairs down takes it (their
+# int4 steps 1.014-1.022x faster at ctx 2048 and 16384); with it Qwen-2.5-7B's pairs down and gate_up, the
+# 4096-wide gate_up, int4 o and the bf16 roles ran 0.97-1.01x, and fp8's 0.72-0.84x (ptxas spends 2.5 more
+# instructions a weight on fp8's loop with it). The H200 table lists no read for it: that down's shape has it.
+_H200_LOAD_AHEAD: dict = {}
 _H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024, 8)}
-_H200_INT4_PAIRS_4096 = {"down": (4, 1024, 4)}
+_H200_INT4_PAIRS_4096 = {"down": GemvConfig(4, 1024, 4, load_ahead=True)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -382,7 +384,7 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4),
                                "int4_pairs": _gemv_table(_H200_INT4_PAIRS)},
                          attention=_H200_ATTENTION,
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs loading ahead, combine by 32 columns)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs, load ahead, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
                          x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS, load_ahead=_H200_LOAD_AHEAD),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64

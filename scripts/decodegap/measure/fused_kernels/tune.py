@@ -190,11 +190,12 @@ class RoleBench:
         else:
             gemv.linear(x, op, self.out, shape=shape, residual=self.res, **pdl)
 
-    def error(self, shape: GemvConfig, norm: str = "program") -> float:
-        """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv)."""
+    def error(self, shape: GemvConfig, norm: str = "program", x_pairs: bool = False) -> float:
+        """Relative L2 distance of the kernel's outputs from float32 torch (worst output for qkv); x_pairs:
+        the input as f16 pairs (launch's)."""
         for t in (self.q, self.kc, self.vc, self.out):
             t.fill_(float("nan"))
-        self.launch(shape, 0, norm=norm)
+        self.launch(shape, 0, norm=norm, x_pairs=x_pairs)
         w = dequantize(self.ops[0])
         dt = self.x.dtype
         if self.role == "qkv":
