@@ -32,8 +32,10 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              and with the first 2 or 8 programs a multiprocessor prefetching their first 1 or 4 loop
              steps of the weight, or of K and V, into L2 before PDL's wait; the attention's masked blocks, in-split combine and the default table's shape; the norm's
              statistic summed by the GEMV before, or x normalised by a launch of its own; the GEMVs'
-             inputs that the step writes stored as float32, x_fp32, or for int4 as f16 pairs, x_pairs)
-  gemv       each card's GEMV roles in each format, timed as graph-replayed launches cycling over
+             inputs that the step writes stored as float32, x_fp32, or for int4 as f16 pairs, x_pairs;
+             each GEMV loop loading its next step's weights ahead in some roles, load_ahead)
+  gemv       each card's GEMV roles in each format, launched as the step launches them (the table's
+             norm, x_fp32 and x_pairs), timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
              (F.linear) beside the bf16 ones
   stages     each GEMV role of the first card in each format at the table's shape with each software
@@ -52,8 +54,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              load), and with x given normalised (no norm work at all: the least any way of
              normalising once leaves), beside the read-only kernel on the same bytes
   l2         whether a GEMV waits on memory or on its own instructions: each role of the first card
-             whose weight fits the L2 (at most L2_FIT_BYTES as stored), in each format, at the table's
-             shape, timed reading one copy over and over (after the first launch, from L2) against
+             whose weight fits the L2 (at most L2_FIT_BYTES as stored), in each format (int4 also as
+             f16 pairs, int4_pairs, where the table reads them so), at the table's shape, timed reading one copy over and over (after the first launch, from L2) against
              cycling copies from HBM as the other parts do, beside the read-only kernel both ways. A
              kernel bound by memory runs faster from L2; one bound by its instructions does not
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
@@ -239,23 +241,24 @@ def run_gemv(run, cards, models, quants, device, dtype):
     import torch.nn.functional as F
 
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import RoleBench, graph_us
+    from decodegap.measure.fused_kernels.tune import RoleBench, as_the_step_reads, graph_us
 
     out = run.results.setdefault("gemv", [])
     table = fk.resolve(None, device)
 
     def one(key, card, fmt, role):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        shape = table.gemv_for(fmt, role, card.architecture["hidden_size"])
-        err = bench.error(shape)
-        us = graph_us(lambda i: bench.launch(shape, i), len(bench.ops), device)
-        row = {"model": key, "format": fmt, "role": role, "n": bench.n, "k": bench.k, "shape": shape.as_dict(),
-               "check": err, "us": us, "bytes": bench.bytes, "GBps": bench.bytes / us / 1e3}
+        # as the step launches it: the table's norm, and its input as float32 or f16 pairs where the table says
+        read, shape, given = as_the_step_reads(table, fmt, role, card.architecture["hidden_size"])
+        err = bench.error(shape, norm=given["norm"], x_pairs=given.get("x_pairs", False))
+        us = graph_us(lambda i: bench.launch(shape, i, **given), len(bench.ops), device)
+        row = {"model": key, "format": fmt, "read": read, "input": given, "role": role, "n": bench.n, "k": bench.k,
+               "shape": shape.as_dict(), "check": err, "us": us, "bytes": bench.bytes, "GBps": bench.bytes / us / 1e3}
         if fmt == "dense":
             x = bench.x.view(1, -1)
             row["cublas_us"] = graph_us(lambda i: F.linear(x, bench.ops[i].weight), len(bench.ops), device)
         cub = f"  cuBLAS {row['cublas_us']:8.2f} us ({us / row['cublas_us']:.2f}x)" if "cublas_us" in row else ""
-        run.say(f"gemv {key:16s} {fmt:5s} {role:8s} {bench.n:>6d} x {bench.k:<6d} check {err:.1e}  {us:8.2f} us "
+        run.say(f"gemv {key:16s} {read:10s} {role:8s} {bench.n:>6d} x {bench.k:<6d} check {err:.1e}  {us:8.2f} us "
                 f"{row['GBps']:6.0f} GB/s{cub}")
         return row
 

@@ -50,7 +50,7 @@ def _packed_gemv_kernel(w_ptr, s_ptr, z_ptr, xp_ptr, y_ptr, N: tl.constexpr, K: 
     fused step's own pair loop (int4_pairs.pairs_rows), with no prologue or epilogue."""
     rows = tl.program_id(0) * R + tl.arange(0, R)
     rmask = rows < N
-    y = pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP)
+    y = pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, False)  # without load_ahead
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rmask)
 
 

@@ -760,3 +760,21 @@ def test_the_load_ahead_lever_is_per_read_and_role_and_recorded():
         assert [r for r, c in net.describe()["gemv"].items() if c.get("load_ahead")] == ahead
         logits.append(logit_check(reference, net, prompt_tokens=20, steps=2))
     assert logits[0]["rel_l2_max"] == logits[1]["rel_l2_max"]
+
+
+def test_benchmarks_launch_each_role_as_the_step_reads_it():
+    """as_the_step_reads (floor_limit's gemv and l2 parts): the H200 table's int4 qkv, gate_up and down
+    read f16 pairs at the pairs' shapes, normalised apart; o reads the attention's output as stored; with
+    the pairs off, the 4096-wide int4 inputs the step writes are float32 (x_fp32); bf16 takes neither."""
+    from decodegap.measure.fused_kernels.tune import as_the_step_reads
+
+    h200 = fk.resolve(None, "cpu", gpu_key="h200")
+    read, shape, given = as_the_step_reads(h200, "int4", "down", 4096)
+    assert (read, given) == ("int4_pairs", {"norm": "none", "x_pairs": True}) and shape == h200.gemv_for("int4_pairs", "down", 4096)
+    assert shape.load_ahead  # the 4096-wide pairs down loads each step ahead (the table's shape)
+    assert as_the_step_reads(h200, "int4", "o", 3584)[0::2] == ("int4", {"norm": "none", "x_fp32": False})
+    off = fk.resolve({"x_pairs": False}, "cpu", gpu_key="h200")
+    assert as_the_step_reads(off, "int4", "gate_up", 4096)[0::2] == ("int4", {"norm": "none", "x_fp32": True})
+    assert as_the_step_reads(off, "int4", "gate_up", 3584)[0::2] == ("int4", {"norm": "none", "x_fp32": False})
+    assert as_the_step_reads(h200, "dense", "down", 3584)[0::2] == ("dense", {"norm": "none", "x_fp32": False})
+    assert as_the_step_reads(fk.resolve(None, "cpu"), "dense", "qkv", 256)[0::2] == ("dense", {"norm": "program", "x_fp32": False})

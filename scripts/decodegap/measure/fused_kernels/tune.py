@@ -123,6 +123,17 @@ def step_writes_input(role: str, norm_input: str) -> bool:
     return (norm_input == "none" and role != "o") or role == "down"
 
 
+def as_the_step_reads(table, fmt: str, role: str, hidden: int) -> tuple:
+    """How the fused step with launch shapes `table` launches `role`'s GEMV for weights stored as `fmt`
+    in a card of width `hidden`: the read (READS: "int4_pairs" where the table has the lever x_pairs),
+    its shape, and RoleBench.launch's input keywords (norm, x_fp32, x_pairs)."""
+    norm = NORM_INPUT_OF[table.norm_for(fmt)]
+    if role in ("qkv", "gate_up", "down") and table.x_pairs_for(fmt, hidden):
+        return "int4_pairs", table.gemv_for("int4_pairs", role, hidden), {"norm": "none", "x_pairs": True}
+    x32 = step_writes_input(role, norm) and table.x_fp32_for(fmt, hidden)
+    return fmt, table.gemv_for(fmt, role, hidden), {"norm": norm, "x_fp32": bool(x32)}
+
+
 class RoleBench:
     """One GEMV role of a card, weights stored as `fmt`: inputs, `copies` weights (enough to cycle
     past L2 on a GPU), `launch(shape, i, norm=...)`, `error(shape, norm=...)` (relative L2 against
