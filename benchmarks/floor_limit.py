@@ -444,20 +444,21 @@ def run_prologue(run, cards, models, quants, device, dtype):
 
 def run_l2(run, cards, models, quants, device, dtype):
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, RoleBench, graph_us, role_shapes
+    from decodegap.measure.fused_kernels.tune import NORM_INPUT_OF, RoleBench, as_the_step_reads, graph_us, role_shapes
 
     out = run.results.setdefault("l2", [])
     table = fk.resolve(None, device)
     key = models[0]
     card = cards[key]
-
     hidden = card.architecture["hidden_size"]
 
     def one(fmt, role, read):
         bench = RoleBench(role, fmt, card.architecture, device, dtype, qkv_bias=card.model_type == "qwen2")
-        shape = table.gemv_for(read, role, hidden)
-        pairs = read == "int4_pairs"  # the lever x_pairs: the input as f16 pairs, normalised by the launch before
-        norm = "none" if pairs else NORM_INPUT_OF[table.norm_for(fmt)]  # as the step runs it (RoleBench gives o and down no norm)
+        if read == fmt:  # the format's own loop, its input as stored, normalised as the step does (RoleBench gives o and down no norm)
+            shape, norm, pairs = table.gemv_for(fmt, role, hidden), NORM_INPUT_OF[table.norm_for(fmt)], False
+        else:  # as the step reads it: int4's f16 pairs (the lever x_pairs), normalised by the launch before
+            _, shape, given = as_the_step_reads(table, fmt, role, hidden)
+            norm, pairs = given["norm"], given["x_pairs"]
         stored = sum(t.numel() * t.element_size() for t in (bench.ops[0].weight, bench.ops[0].scale, bench.ops[0].zero)
                      if t is not None)
         row = {"model": key, "format": read, "role": role, "shape": shape.as_dict(), "stored_bytes": stored, "copies": len(bench.ops),
@@ -478,8 +479,8 @@ def run_l2(run, cards, models, quants, device, dtype):
             if role == "lm_head" and fmt != "dense" or stored > L2_FIT_BYTES:
                 continue
             # int4 also as the step reads it with the lever x_pairs (qkv, gate_up, down: f16 pairs)
-            pairs = fmt == "int4" and role in ("qkv", "gate_up", "down") and table.x_pairs_for(fmt, hidden)
-            for read in (fmt, "int4_pairs") if pairs else (fmt,):
+            step_read = as_the_step_reads(table, fmt, role, hidden)[0]
+            for read in dict.fromkeys((fmt, step_read)):
                 if run.enough(f"l2 {key} {read} {role}", 15):
                     measure_one(run, out, f"l2 {key} {read} {role}", {"model": key, "format": read, "role": role}, device,
                                 lambda: one(fmt, role, read))
