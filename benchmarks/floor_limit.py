@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--no-tune-attention] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -61,6 +61,7 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
   tune       tune_launch_shapes (fused_kernels.tune) within --tune-budget-s, its choice printed as
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, each card's step
              in each of --quant's kernel paths with it, and with its GEMV shapes alone, against the table
+             (--no-tune-attention: the GEMVs alone are tuned; int4 under x_pairs also as f16 pairs)
 
 A compact summary table ends the output; everything goes to DIR/floor_limit.json (and the tuned
 shapes to DIR/tuned_launch_shapes.json). Nothing is downloaded: cards build with random weights
@@ -902,7 +903,7 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
 
 
 def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, smoke, norm=None,
-             x_fp32=False):
+             x_fp32=False, attention=True):
     from decodegap.measure import fused_kernels as fk
 
     budget = min(budget_s, run.left_s() - 30)
@@ -919,17 +920,21 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
         kw["norm"] = {fmt: norm for fmt in fk.FORMATS}
     if x_fp32:  # the GEMVs' written inputs as float32 in every format and width (the lever x_fp32; its choice carries it)
         kw["x_fp32"] = {fmt: True for fmt in fk.FORMATS}
+    if not attention:  # the GEMVs alone: attention keeps the table's shape, its one candidate
+        kw["attention_candidates"] = [fk.resolve(None, device).attention]
     tuned = fk.tune_launch_shapes(device, [cards[k].architecture for k in models], budget, formats=formats, ctxs=ctxs,
                                   log=run.say, **kw)
     run.results["tuned_launch_shapes"] = tuned
     run.out.mkdir(parents=True, exist_ok=True)
     (run.out / "tuned_launch_shapes.json").write_text(json.dumps(tuned, indent=1))
-    run.say("tuned launch shapes: " + json.dumps({k: tuned[k] for k in ("gemv", "attention", "pdl") if k in tuned}))
+    run.say("tuned launch shapes: " + json.dumps({k: tuned[k] for k in ("gemv", "gemv_by_hidden", "attention", "pdl", "x_pairs")
+                                                  if k in tuned}))
     choice = {k: tuned[k] for k in ("gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm",
-                                    "norm", "x_fp32", "source") if k in tuned}
+                                    "norm", "x_fp32", "x_pairs", "source") if k in tuned}
     gemvs = {k: v for k, v in choice.items() if k != "attention"}  # the GEMV shapes alone, the table's attention
+    variants = {"table": {}, "tuned": choice, "tuned GEMVs": gemvs} if attention else {"table": {}, "tuned GEMVs": gemvs}
     run_levers(run, cards, models, [q for q in quants if q in FORMAT_OF], ctxs, device, dtype, copy_Bps, n_dev, n_host,
-               variants={"table": {}, "tuned": choice, "tuned GEMVs": gemvs})
+               variants=variants)
 
 
 # ----------------------------------------------------------------------------- helpers and main
@@ -1096,6 +1101,8 @@ def main(argv=None) -> int:
                     help="the norm lever to tune every format under (default: the GPU's table entry's, per format)")
     ap.add_argument("--tune-x-fp32", action="store_true",
                     help="tune every format with the GEMVs' written inputs in float32 (the lever x_fp32; default: the table's)")
+    ap.add_argument("--no-tune-attention", dest="tune_attention", action="store_false",
+                    help="tune the GEMVs alone (attention keeps the table's shape) and time the steps with the tuned GEMVs against the table")
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
     ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
     a = ap.parse_args(argv)
@@ -1164,7 +1171,7 @@ def main(argv=None) -> int:
                          chosen_levers(a.levers, device))
             else:
                 run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
-                         a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32)
+                         a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32, a.tune_attention)
             run.save()
     summary(run)
     run.save()

@@ -610,6 +610,30 @@ def test_tune_launch_shapes_chooses_for_each_card_width_and_a_model_takes_its_ow
     assert net.describe()["gemv"]["down"] == got["gemv_by_hidden"]["384"]["dense"]["down"]
 
 
+def test_tune_launch_shapes_tunes_int4s_pair_reads_as_the_step_launches_them():
+    """Under x_pairs (with int4's norm apart) the step launches int4's qkv, gate_up and down only as
+    f16 pairs: the tuner times those roles as the read "int4_pairs" and int4's float32 loop for o alone;
+    the choice keeps x_pairs and a fused model runs it. At a width where x_pairs is off, no pairs."""
+    import json
+
+    arch = dict(WIDE.architecture, vocab_size=256)
+    cands = {"int4": [(64, 256, 4)], "int4_pairs": [(64, 256, 4), (32, 128, 4, False, None, True)]}
+    got = fk.tune_launch_shapes("cpu", [arch], budget_s=120, formats=("int4",), ctxs=(40,), layers=1, gemv_candidates=cands,
+                                attention_candidates=[fk.AttentionConfig()], norm={"int4": "apart"}, x_pairs={"int4": True})
+    json.loads(json.dumps(got))
+    assert set(got["gemv"]["int4_pairs"]) == {"qkv", "gate_up", "down"} and set(got["gemv"]["int4"]) == {"o"}
+    assert set(got["timings_us"]["gemv"]["int4_pairs"]["down"]) == {"64x256/4w", "32x128/4w ahead"} and not got["skipped"]
+    shapes = fk.resolve(got, "cpu")
+    assert got["x_pairs"] == {"int4": True} and shapes.x_pairs_for("int4", 256)
+    for role in ("qkv", "gate_up", "down"):
+        assert shapes.gemv_for("int4_pairs", role, 256).as_dict() == got["gemv"]["int4_pairs"][role]
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 64, backend="triton", gemv_configs=got)
+    assert net.describe()["x_pairs"] is True and net.describe()["gemv"]["down"] == got["gemv"]["int4_pairs"]["down"]
+    off = fk.tune_launch_shapes("cpu", [arch], budget_s=120, formats=("int4",), ctxs=(40,), layers=1, gemv_candidates=cands,
+                                attention_candidates=[fk.AttentionConfig()], norm={"int4": "apart"}, x_pairs={"int4": [4096]})
+    assert "int4_pairs" not in off["gemv"] and set(off["gemv"]["int4"]) == {"qkv", "o", "gate_up", "down"}
+
+
 # ----------------------------------------------------------------------------- the lever x_pairs (int4_pairs.py)
 
 

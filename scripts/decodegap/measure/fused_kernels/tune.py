@@ -36,7 +36,13 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
             (4, 1024, 4, True)],
     "int4": [(4, 1024, 4), (8, 1024, 4), (8, 512, 4), (16, 512, 8), (4, 2048, 4), (8, 2048, 8), (4, 1024, 4, True),
              (4, 2048, 4, True), (8, 1024, 4, True)],
+    # int4's qkv, gate_up and down reading f16 pairs (the lever x_pairs): the H200 table's shapes, and tiles
+    # of 8-16 words a thread, where each thread's input pairs serve 2-4 rows (fused_kernels.ahead --loops:
+    # 2.9-3.7 SASS instructions a weight against 3.9-4.1 at the table's 4 words a thread), and load_ahead
+    "int4_pairs": [(2, 512, 4), (4, 512, 4), (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 8),
+                   (16, 1024, 8), (32, 512, 8), (8, 512, 2), (4, 1024, 4, False, None, True), (8, 1024, 8, False, None, True)],
 }
+PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
 # shared memory lets them all be resident at once (fused_kernels.ahead: 21-39 KB at 2 stages)
 ATTENTION_CANDIDATES = [AttentionConfig(32, 2, 4, 2, True, "separate")] + [
@@ -276,7 +282,8 @@ class AttentionBench:
 def _key(config) -> str:
     """A launch shape as a short JSON key: rows x block_k / warps, or attention's fields."""
     if isinstance(config, GemvConfig):
-        return f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
+        return (f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
+                + (f" st{config.stages}" if config.stages else "") + (" ahead" if config.load_ahead else ""))
     c = config
     return (f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
             + (f" cols{c.combine_cols}" if c.combine_cols else ""))
@@ -291,7 +298,7 @@ def _pick(times: dict):
 def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=FORMATS, ctxs=(2048, 16384),
                        layers: int | None = None, top: int = 2, gemv_candidates: dict | None = None,
                        attention_candidates: list | None = None, norm: dict | None = None, x_fp32: dict | None = None,
-                       log=None) -> dict:
+                       x_pairs: dict | None = None, log=None) -> dict:
     """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
     `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
     `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card of
@@ -302,7 +309,11 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     `layers`). The GEMVs after a norm run as the step will run them: with the norm lever of `norm`
     ({format: "program" | "sum" | "apart"}; None: the device's table entry's), which the result
     keeps, and their inputs as the lever `x_fp32` has them ({format: true | [card widths]}; None: the
-    table entry's), which the result keeps too. Each candidate is checked once against float32 (a wrong one is dropped). What the budget
+    table entry's), which the result keeps too. Where the lever x_pairs is on for int4 at a card's width
+    (`x_pairs` {"int4": true | [card widths]}; None: the table entry's; it needs int4's norm apart), that
+    width's qkv, gate_up and down are tuned as the read "int4_pairs" (GEMV_CANDIDATES["int4_pairs"], the
+    input as f16 pairs), the only way the step launches them, and the read "int4" keeps its other roles.
+    Each candidate is checked once against float32 (a wrong one is dropped). What the budget
     left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
     t0 = time.perf_counter()
     device = torch.device(device)
@@ -312,49 +323,61 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     timings, skipped = {"gemv": {}, "attention": {}}, []
     table = launch_shapes_for(gpu_key_of(device))
     norm = dict(table.norm if norm is None else norm)
-    as_x32 = table.replace(x_fp32=dict(table.x_fp32 if x_fp32 is None else x_fp32))  # what the GEMVs are tuned under
+    # what the GEMVs are tuned under: the norm, and the inputs the step writes (x_fp32, x_pairs)
+    under = table.replace(norm=norm, x_fp32=dict(table.x_fp32 if x_fp32 is None else x_fp32),
+                          x_pairs=dict(table.x_pairs if x_pairs is None else x_pairs))
+    candidates = {**GEMV_CANDIDATES, **(gemv_candidates or {})}
     chosen, by_hidden = {}, {}
     width = [arch["hidden_size"] for arch in cards]
     lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
     for fi, fmt in enumerate(formats):  # each format its share of the GEMVs' 70 % of the budget
-        per_role = timings["gemv"].setdefault(fmt, {})
-        for ci, arch in enumerate(cards):
-            for role in ROLES:
-                if role == "lm_head" and fmt != "dense":
-                    continue  # the output projection stays bf16 in every path
-                if over(0.7 * (fi + 1) / len(formats)):
-                    skipped.append(f"gemv {fmt} {role} card {ci}")
-                    continue
-                cands = [GemvConfig(*c) for c in (gemv_candidates or GEMV_CANDIDATES)[fmt]]
-                if ci != lead[width[ci]]:
-                    first = {c: t[lead[width[ci]]] for c, t in per_role.get(role, {}).items() if lead[width[ci]] in t}
-                    cands = sorted(first, key=first.get)[:top]
-                bench = RoleBench(role, fmt, arch, device, dtype)
-                given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")]  # o, down: unused
-                # an input the step writes (x normalised apart, the MLP's activations), float32 under x_fp32
-                x32 = step_writes_input(role, given) and as_x32.x_fp32_for(fmt, arch["hidden_size"])
-                for shape in cands:
-                    try:
-                        if not bench.error(shape, norm=given) < 5e-2:
-                            say(f"tune: {fmt} {role} {shape}: wrong result, dropped")
-                            continue
-                        us = graph_us(lambda i: bench.launch(shape, i, norm=given, x_fp32=x32), len(bench.ops), device)
-                    except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
-                        say(f"tune: {fmt} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+        for read in (fmt, "int4_pairs") if fmt == "int4" else (fmt,):
+            per_role = timings["gemv"].setdefault(read, {})
+            for ci, arch in enumerate(cards):
+                pairs = under.x_pairs_for(fmt, arch["hidden_size"])
+                for role in ROLES:
+                    if role == "lm_head" and fmt != "dense":
+                        continue  # the output projection stays bf16 in every path
+                    if (read == "int4_pairs") != (pairs and role in PAIRS_ROLES):
+                        continue  # a read the step does not launch for this role at this width
+                    if over(0.7 * (fi + 1) / len(formats)):
+                        skipped.append(f"gemv {read} {role} card {ci}")
                         continue
-                    per_role.setdefault(role, {}).setdefault(shape, {})[ci] = us
-                del bench
-        for w in lead:  # each width's choice from its own cards' times
-            own = {role: {c: {ci: us for ci, us in t.items() if width[ci] == w} for c, t in times.items()}
-                   for role, times in per_role.items()}
-            pick = {role: _pick({c: t for c, t in times.items() if t}).as_dict() for role, times in own.items()
-                    if any(times.values())}
-            if w == width[0]:
-                chosen[fmt] = pick
-                say(f"tune: {fmt} GEMVs {pick}" + (f" (width {w})" if len(lead) > 1 else ""))
-            elif pick:
-                by_hidden.setdefault(str(w), {})[fmt] = pick
-                say(f"tune: {fmt} GEMVs {pick} (width {w})")
+                    cands = [GemvConfig(*c) for c in candidates[read]]
+                    if ci != lead[width[ci]]:
+                        first = {c: t[lead[width[ci]]] for c, t in per_role.get(role, {}).items() if lead[width[ci]] in t}
+                        cands = sorted(first, key=first.get)[:top]
+                    bench = RoleBench(role, fmt, arch, device, dtype)
+                    given = NORM_INPUT_OF[norm.get("dense" if role == "lm_head" else fmt, "program")]  # o, down: unused
+                    # an input the step writes (x normalised apart, the MLP's activations): f16 pairs under
+                    # x_pairs (normalised apart), else float32 under x_fp32
+                    x32 = step_writes_input(role, given) and under.x_fp32_for(fmt, arch["hidden_size"])
+                    kw = {"norm": "none", "x_pairs": True} if read == "int4_pairs" else {"norm": given}
+                    for shape in cands:
+                        try:
+                            if not bench.error(shape, **kw) < 5e-2:
+                                say(f"tune: {read} {role} {shape}: wrong result, dropped")
+                                continue
+                            us = graph_us(lambda i: bench.launch(shape, i, x_fp32=x32 and read != "int4_pairs", **kw),
+                                          len(bench.ops), device)
+                        except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
+                            say(f"tune: {read} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+                            continue
+                        per_role.setdefault(role, {}).setdefault(shape, {})[ci] = us
+                    del bench
+            if not per_role:
+                del timings["gemv"][read]
+            for w in lead:  # each width's choice from its own cards' times
+                own = {role: {c: {ci: us for ci, us in t.items() if width[ci] == w} for c, t in times.items()}
+                       for role, times in per_role.items()}
+                pick = {role: _pick({c: t for c, t in times.items() if t}).as_dict() for role, times in own.items()
+                        if any(times.values())}
+                if w == width[0] and (pick or read == fmt):
+                    chosen[read] = pick
+                    say(f"tune: {read} GEMVs {pick}" + (f" (width {w})" if len(lead) > 1 else ""))
+                elif pick:
+                    by_hidden.setdefault(str(w), {})[read] = pick
+                    say(f"tune: {read} GEMVs {pick} (width {w})")
     layouts = {}
     for arch in cards:
         hq, hkv = arch["num_attention_heads"], arch["num_key_value_heads"]
@@ -384,11 +407,13 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     # alone: the choice keeps the table's, where the device can launch so
     pdl = table.pdl and pdl_available(device) is None
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm, "x_fp32": as_x32.x_fp32,
+           "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm, "x_fp32": under.x_fp32,
            "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
            "timings_us": {"gemv": {fmt: {role: {_key(c): t for c, t in per.items()} for role, per in roles.items()}
                                    for fmt, roles in timings["gemv"].items()}, "attention": timings["attention"]},
            "budget_s": budget_s, "skipped": skipped}
+    if any(under.x_pairs.values()):  # absent when off, as LaunchShapes.as_dict leaves it
+        out["x_pairs"] = dict(under.x_pairs)
     if by_hidden:
         out["gemv_by_hidden"] = by_hidden
     if pdl and any(table.pdl_prefetch.values()):

@@ -1,0 +1,169 @@
+"""Where a GEMV's warps wait: the fused step's GEMV kernels, launched as the step launches them (the
+table's shape, norm and input: tune.as_the_step_reads), read out by Nsight Compute's hardware counters,
+beside the read-only kernel over the same bytes (benchmarks/floor_limit.py's ceiling kernel).
+
+    python benchmarks/gemv_stalls.py [--models qwen2.5-7b] [--quant bf16 fp8 int4-triton] [--roles gate_up down]
+        [--ncu ncu] [--json out.json]
+    python benchmarks/gemv_stalls.py --launch ...      # the launches alone (what ncu profiles; no counters)
+
+Why: timing says how far each GEMV is from the read-only kernel (floor_limit.py --parts gemv ceiling);
+the counters say what its warps do meanwhile. Per kernel: its time under the profiler, DRAM throughput
+(% of peak), issue slots busy (% of the multiprocessors' peak, one instruction a scheduler a clock),
+achieved occupancy (% of the warps a multiprocessor holds), eligible warps a scheduler a cycle, and the
+cycles an issued instruction waits, by stall reason (smsp__average_warps_issue_stalled_<reason>
+_per_issue_active: a warp's reasons summed over all warps, per instruction issued). A kernel bound by
+the memory shows DRAM near its peak; one bound by its own instruction stream shows few eligible warps
+and the stall it waits on most: long_scoreboard (a global load's data), wait (a fixed-latency
+dependency), math_pipe_throttle or mio_throttle (a pipe or the load/store queue full), barrier.
+
+How: the parent runs ncu (`--clock-control none`: the clocks as the GPU sets them, METHOD.md) on this
+script with --launch, which launches each kernel once, eagerly (Triton compiles on the host first); ncu
+flushes the caches before each pass (`--cache-control all`), so every kernel reads its weight from HBM,
+as the step does. ncu's CSV (`--csv --page raw`) is parsed into one row per kernel, in launch order.
+Needs a CUDA GPU and Nsight Compute with access to the counters (the lent H200's Firecracker
+machines have it; gVisor ones do not: the error says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+FORMAT_OF = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}
+STALLS = ("long_scoreboard", "wait", "math_pipe_throttle", "mio_throttle", "lg_throttle", "short_scoreboard", "barrier",
+          "not_selected", "selected", "dispatch_stall", "no_instruction", "branch_resolving", "drain", "membar", "sleeping",
+          "tex_throttle", "imc_miss", "misc")
+METRICS = {  # column -> ncu metric
+    "time_us": "gpu__time_duration.sum",
+    "dram_pct": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "issue_pct": "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "eligible_per_cycle": "smsp__warps_eligible.avg.per_cycle_active",
+    "registers": "launch__registers_per_thread",
+    **{f"stall_{s}": f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio" for s in STALLS},
+}
+READ_SHAPE = (4096, 4, 8)  # the read-only kernel's (int32 words a block, blocks a program, warps): one of floor_limit's READ_SHAPES
+KERNELS = "^(_linear_kernel|_gate_up_kernel|_qkv_rope_kernel|stream_read)"  # the GEMVs' kernels and the read-only one
+
+
+def launches(models, quants, roles):
+    """Each (label, launch) the profile takes, in order: per card, format and role the step's GEMV as
+    the step launches it, then the read-only kernel over the same bytes."""
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from floor_limit import read_launch  # the ceiling part's read-only kernel
+
+    from decodegap.core.config import load_models
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import RoleBench, as_the_step_reads
+
+    device = torch.device("cuda")
+    cards, table = load_models(), fk.resolve(None, device)
+    for key in models:
+        arch = cards[key].architecture
+        for quant in quants:
+            fmt = FORMAT_OF[quant]
+            for role in roles:
+                if role == "lm_head" and fmt != "dense":
+                    continue
+                bench = RoleBench(role, fmt, arch, device, torch.bfloat16, copies=1, qkv_bias=cards[key].model_type == "qwen2")
+                read, shape, given = as_the_step_reads(table, fmt, role, arch["hidden_size"])
+                yield f"{key} {quant} {role} ({read} {shape.rows}x{shape.block_k}/{shape.warps}w)", \
+                    lambda b=bench, s=shape, g=given: b.launch(s, 0, **g)
+                buf = torch.empty(bench.bytes // 4, dtype=torch.int32, device=device).random_()
+                block, iters, _ = READ_SHAPE
+                out = torch.empty(-(-buf.numel() // (block * iters)), dtype=torch.float32, device=device)
+                yield f"{key} {quant} {role} read-only ({bench.bytes / 1e6:.1f} MB)", \
+                    lambda b=buf, o=out: read_launch(b, o, READ_SHAPE)
+                del bench, buf
+
+
+def run_launches(models, quants, roles) -> None:
+    """--launch: each kernel launched once (ncu flushes the caches before each profiled pass, so each
+    reads its weight from HBM), its label printed before it, in the order ncu profiles them."""
+    import torch
+
+    for label, launch in launches(models, quants, roles):
+        print(f"PROFILE {label}", flush=True)
+        launch()
+        torch.cuda.synchronize()
+
+
+def parse_csv(text: str) -> list[dict]:
+    """ncu --csv --page raw: a header row (with "Kernel Name"), a units row (no kernel name), then one row
+    per profiled kernel; other lines (ncu's ==PROF== notes, the launches' own output) are skipped."""
+    rows = list(csv.reader(io.StringIO("\n".join(ln for ln in text.splitlines() if ln.startswith('"')))))
+    at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if at is None:
+        return []
+    head, out = rows[at], []
+    for r in rows[at + 1:]:
+        rec = dict(zip(head, r))
+        if not rec.get("Kernel Name"):
+            continue  # the units row
+        row = {"kernel": rec["Kernel Name"]}
+        for col, metric in METRICS.items():
+            try:
+                row[col] = float(rec.get(metric, "").replace(",", ""))
+            except ValueError:
+                row[col] = None
+        out.append(row)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["qwen2.5-7b"])
+    ap.add_argument("--quant", nargs="+", default=["bf16", "fp8", "int4-triton"], choices=sorted(FORMAT_OF))
+    ap.add_argument("--roles", nargs="+", default=["qkv", "o", "gate_up", "down"])
+    ap.add_argument("--ncu", default="ncu", help="Nsight Compute's command line")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--launch", action="store_true", help="(what ncu runs) the launches alone")
+    a = ap.parse_args(argv)
+    if a.launch:
+        run_launches(a.models, a.quant, a.roles)
+        return 0
+    ncu = shutil.which(a.ncu) or a.ncu
+    if not os.path.exists(ncu):
+        raise SystemExit(f"gemv_stalls: Nsight Compute not found ({a.ncu!r}); give --ncu its path")
+    t0 = time.perf_counter()
+    cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--csv", "--page", "raw", "--kernel-name", f"regex:{KERNELS}",
+           "--metrics", ",".join(METRICS.values()), sys.executable, os.path.abspath(__file__), "--launch",
+           "--models", *a.models, "--quant", *a.quant, "--roles", *a.roles]
+    print(f"[{time.perf_counter() - t0:6.1f} s] {' '.join(cmd[:8])} ... (ncu: each launch of the kernels {KERNELS})", flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    labels = [ln.removeprefix("PROFILE ").strip() for ln in done.stdout.splitlines() if ln.startswith("PROFILE ")]
+    rows = parse_csv(done.stdout)
+    if done.returncode or not rows:
+        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+        raise SystemExit(f"gemv_stalls: ncu exited {done.returncode} with {len(rows)} profiled kernels "
+                         "(no access to the counters: a gVisor machine, or ncu's ERR_NVGPUCTRPERM)")
+    if len(rows) != len(labels):
+        print(f"warning: {len(rows)} kernels profiled for {len(labels)} launches; rows matched in order")
+    for row, label in zip(rows, labels):
+        row["label"] = label
+    print(f"[{time.perf_counter() - t0:6.1f} s] {len(rows)} kernels profiled\n")
+    top = lambda r: sorted(((r[f"stall_{s}"] or 0, s) for s in STALLS if s != "selected"), reverse=True)[:4]  # noqa: E731
+    print(f"{'kernel':58s} {'us':>7s} {'DRAM%':>6s} {'issue%':>6s} {'occ%':>5s} {'elig':>5s} {'regs':>4s}  cycles an instruction waits, by reason")
+    for r in rows:
+        f = lambda v, w, p: f"{v:{w}.{p}f}" if v is not None else " " * (w - 1) + "?"  # noqa: E731
+        total = sum(r[f"stall_{s}"] or 0 for s in STALLS)
+        print(f"{r.get('label', r['kernel'])[:58]:58s} {f(r['time_us'], 7, 2)} {f(r['dram_pct'], 6, 1)} {f(r['issue_pct'], 6, 1)} "
+              f"{f(r['occupancy_pct'], 5, 1)} {f(r['eligible_per_cycle'], 5, 2)} {f(r['registers'], 4, 0)}  total {total:5.1f}: "
+              + " ".join(f"{s} {v:.1f}" for v, s in top(r)))
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
