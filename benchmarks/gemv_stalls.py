@@ -5,6 +5,7 @@ beside the read-only kernel over the same bytes (benchmarks/floor_limit.py's cei
     python benchmarks/gemv_stalls.py [--models qwen2.5-7b] [--quant bf16 fp8 int4-triton] [--roles gate_up down]
         [--ncu ncu] [--json out.json]
     python benchmarks/gemv_stalls.py --launch ...      # the launches alone (what ncu profiles; no counters)
+    python benchmarks/gemv_stalls.py --report out.json # an earlier run's table again (no GPU)
 
 Why: timing says how far each GEMV is from the read-only kernel (floor_limit.py --parts gemv ceiling);
 the counters say what its warps do meanwhile. Per kernel: its time under the profiler, DRAM throughput
@@ -97,26 +98,73 @@ def run_launches(models, quants, roles) -> None:
         torch.cuda.synchronize()
 
 
+TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # ncu's time units, to microseconds
+
+
 def parse_csv(text: str) -> list[dict]:
-    """ncu --csv --page raw: a header row (with "Kernel Name"), a units row (no kernel name), then one row
-    per profiled kernel; other lines (ncu's ==PROF== notes, the launches' own output) are skipped."""
+    """ncu --csv --page raw: a header row (with "Kernel Name"), a units row (no kernel name: the time
+    in nsecond, usecond or msecond), then one row per profiled kernel; other lines (ncu's ==PROF== notes,
+    the launches' own output) are skipped."""
     rows = list(csv.reader(io.StringIO("\n".join(ln for ln in text.splitlines() if ln.startswith('"')))))
     at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
     if at is None:
         return []
-    head, out = rows[at], []
+    head, out, units = rows[at], [], {}
     for r in rows[at + 1:]:
         rec = dict(zip(head, r))
         if not rec.get("Kernel Name"):
-            continue  # the units row
+            units = rec  # the units row
+            continue
         row = {"kernel": rec["Kernel Name"]}
         for col, metric in METRICS.items():
             try:
                 row[col] = float(rec.get(metric, "").replace(",", ""))
             except ValueError:
                 row[col] = None
+        unit = units.get(METRICS["time_us"], "nsecond")
+        if unit not in TO_US:
+            raise ValueError(f"gemv_stalls: ncu gave {METRICS['time_us']} in {unit!r}, not one of {', '.join(TO_US)}")
+        if row["time_us"] is not None:
+            row["time_us"] *= TO_US[unit]
         out.append(row)
     return out
+
+
+def label_rows(rows: list[dict], labels: list[str]) -> None:
+    """Each profiled kernel gets the label --launch printed before it, in order; a count or a kernel that
+    does not match its label (the read-only kernel for a read-only label, a GEMV's for the others) is
+    an error rather than a table of mislabelled rows."""
+    if len(rows) != len(labels):
+        raise SystemExit(f"gemv_stalls: {len(rows)} kernels profiled for {len(labels)} launches: the rows cannot be labelled")
+    for row, label in zip(rows, labels):
+        if (row["kernel"] == "stream_read") != (" read-only " in label):
+            raise SystemExit(f"gemv_stalls: profiled kernel {row['kernel']!r} where the launches say {label!r}")
+        row["label"] = label
+
+
+def report(rows: list[dict]) -> str:
+    """The table: a line per kernel (time under the profiler, DRAM %, issue slots %, occupancy %, eligible
+    warps a scheduler a cycle, registers, the stall reasons an instruction waits longest on), then per
+    card and format the GEMVs' summed time against the read-only kernel's over the same bytes."""
+    lines = [f"{'kernel':58s} {'us':>7s} {'DRAM%':>6s} {'issue%':>6s} {'occ%':>5s} {'elig':>5s} {'regs':>4s}  "
+             "cycles an issued instruction waited, by reason (the four longest of the total)"]
+    f = lambda v, w, p: f"{v:{w}.{p}f}" if v is not None else " " * (w - 1) + "?"  # noqa: E731
+    sums: dict = {}
+    for r in rows:
+        stalls = sorted(((r.get(f"stall_{s}") or 0, s) for s in STALLS if s != "selected"), reverse=True)[:4]
+        total = sum(r.get(f"stall_{s}") or 0 for s in STALLS)
+        label = r.get("label", r["kernel"])
+        lines.append(f"{label[:58]:58s} {f(r['time_us'], 7, 2)} {f(r['dram_pct'], 6, 1)} {f(r['issue_pct'], 6, 1)} "
+                     f"{f(r['occupancy_pct'], 5, 1)} {f(r['eligible_per_cycle'], 5, 2)} {f(r['registers'], 4, 0)}  "
+                     f"total {total:5.1f}: " + " ".join(f"{s} {v:.1f}" for v, s in stalls))
+        card_fmt = " ".join(label.split()[:2])
+        kind = "read" if " read-only " in label else "gemv"
+        sums.setdefault(card_fmt, {"gemv": 0.0, "read": 0.0})[kind] += r["time_us"] or 0.0
+    lines.append("")
+    for card_fmt, t in sums.items():
+        if t["read"]:
+            lines.append(f"{card_fmt:34s} GEMVs {t['gemv']:7.2f} us, read-only {t['read']:7.2f} us: {t['gemv'] / t['read']:.2f}x")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -127,9 +175,14 @@ def main(argv=None) -> int:
     ap.add_argument("--ncu", default="ncu", help="Nsight Compute's command line")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--launch", action="store_true", help="(what ncu runs) the launches alone")
+    ap.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file (no GPU)")
     a = ap.parse_args(argv)
     if a.launch:
         run_launches(a.models, a.quant, a.roles)
+        return 0
+    if a.report:
+        with open(a.report) as fh:
+            print(report(json.load(fh)))
         return 0
     ncu = shutil.which(a.ncu) or a.ncu
     if not os.path.exists(ncu):
@@ -146,19 +199,9 @@ def main(argv=None) -> int:
         print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
         raise SystemExit(f"gemv_stalls: ncu exited {done.returncode} with {len(rows)} profiled kernels "
                          "(no access to the counters: a gVisor machine, or ncu's ERR_NVGPUCTRPERM)")
-    if len(rows) != len(labels):
-        print(f"warning: {len(rows)} kernels profiled for {len(labels)} launches; rows matched in order")
-    for row, label in zip(rows, labels):
-        row["label"] = label
+    label_rows(rows, labels)
     print(f"[{time.perf_counter() - t0:6.1f} s] {len(rows)} kernels profiled\n")
-    top = lambda r: sorted(((r[f"stall_{s}"] or 0, s) for s in STALLS if s != "selected"), reverse=True)[:4]  # noqa: E731
-    print(f"{'kernel':58s} {'us':>7s} {'DRAM%':>6s} {'issue%':>6s} {'occ%':>5s} {'elig':>5s} {'regs':>4s}  cycles an instruction waits, by reason")
-    for r in rows:
-        f = lambda v, w, p: f"{v:{w}.{p}f}" if v is not None else " " * (w - 1) + "?"  # noqa: E731
-        total = sum(r[f"stall_{s}"] or 0 for s in STALLS)
-        print(f"{r.get('label', r['kernel'])[:58]:58s} {f(r['time_us'], 7, 2)} {f(r['dram_pct'], 6, 1)} {f(r['issue_pct'], 6, 1)} "
-              f"{f(r['occupancy_pct'], 5, 1)} {f(r['eligible_per_cycle'], 5, 2)} {f(r['registers'], 4, 0)}  total {total:5.1f}: "
-              + " ".join(f"{s} {v:.1f}" for v, s in top(r)))
+    print(report(rows))
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(rows, fh, indent=1)
