@@ -98,12 +98,12 @@ def run_launches(models, quants, roles) -> None:
         torch.cuda.synchronize()
 
 
-TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # ncu's time units, to microseconds
+TO_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}  # ncu's time units
 
 
 def parse_csv(text: str) -> list[dict]:
     """ncu --csv --page raw: a header row (with "Kernel Name"), a units row (no kernel name: the time
-    in nsecond, usecond or msecond), then one row per profiled kernel; other lines (ncu's ==PROF== notes,
+    in ns, us or ms), then one row per profiled kernel; other lines (ncu's ==PROF== notes,
     the launches' own output) are skipped."""
     rows = list(csv.reader(io.StringIO("\n".join(ln for ln in text.splitlines() if ln.startswith('"')))))
     at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
@@ -194,6 +194,9 @@ def main(argv=None) -> int:
     print(f"[{time.perf_counter() - t0:6.1f} s] {' '.join(cmd[:8])} ... (ncu: each launch of the kernels {KERNELS})", flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True)
     labels = [ln.removeprefix("PROFILE ").strip() for ln in done.stdout.splitlines() if ln.startswith("PROFILE ")]
+    if a.json:  # ncu's own output first, whatever the parsing below makes of it
+        with open(f"{a.json}.ncu.csv", "w") as fh:
+            fh.write(done.stdout)
     rows = parse_csv(done.stdout)
     if done.returncode or not rows:
         print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")

@@ -18,7 +18,7 @@ def _module():
     return m
 
 
-def _ncu_csv(m, kernels, time_unit="nsecond"):
+def _ncu_csv(m, kernels, time_unit="ns"):
     """What `ncu --csv --page raw --metrics ...` prints: ==PROF== notes and the launches' own lines
     among the quoted rows, a header, a units row, a row per kernel."""
     head = ["ID", "Process ID", "Kernel Name", *m.METRICS.values()]
@@ -41,7 +41,7 @@ def test_the_csv_is_read_in_microseconds_whatever_unit_ncu_gives():
     rows = m.parse_csv(_ncu_csv(m, kernels))
     assert [r["kernel"] for r in rows] == ["_gate_up_kernel", "stream_read"]
     assert rows[0]["time_us"] == pytest.approx(29.696) and rows[0]["dram_pct"] == 52.1 and rows[1]["stall_long_scoreboard"] == 77.4
-    assert m.parse_csv(_ncu_csv(m, kernels, "usecond"))[1]["time_us"] == pytest.approx(19680)
+    assert m.parse_csv(_ncu_csv(m, kernels, "us"))[1]["time_us"] == pytest.approx(19680)
     with pytest.raises(ValueError, match="in 'cycle'"):
         m.parse_csv(_ncu_csv(m, kernels, "cycle"))
     assert m.parse_csv("==PROF== Connected\n==ERROR== no kernels were profiled\n") == []
