@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--no-tune-attention] [--smoke]
+        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -825,9 +825,10 @@ def lever_variants(table, device) -> dict:
         now = table.x_fp32.get(fmt, False)  # true, false, or the card widths it is on for
         for on in ([True, False] if isinstance(now, list) else [not now]):
             out[f"{fmt} x fp32 {'on' if on else 'off'}"] = {"x_fp32": {fmt: on}}
-    now = table.x_pairs.get("int4", False)  # int4's GEMV inputs written as f16 pairs (int4_pairs.py)
-    for on in ([True, False] if isinstance(now, list) else [not now]):
-        out[f"int4 x pairs {'on' if on else 'off'}"] = {"x_pairs": {"int4": on}}
+    for fmt in ("int4", "fp8"):  # the GEMV inputs written as f16 pairs (int4_pairs.py, fp8_pairs.py)
+        now = table.x_pairs.get(fmt, False)
+        for on in ([True, False] if isinstance(now, list) else [not now]):
+            out[f"{fmt} x pairs {'on' if on else 'off'}"] = {"x_pairs": {fmt: on}}
     for read, roles in LOAD_AHEAD:  # each loop step's weights loaded one step ahead, in these roles (on where the table has it off)
         now = table.load_ahead.get(read, [])
         flipped = sorted(set(now) ^ set(roles), key=fk.ROLES.index)
@@ -903,7 +904,7 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
 
 
 def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, smoke, norm=None,
-             x_fp32=False, attention=True):
+             x_fp32=False, attention=True, x_pairs=()):
     from decodegap.measure import fused_kernels as fk
 
     budget = min(budget_s, run.left_s() - 30)
@@ -920,6 +921,8 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
         kw["norm"] = {fmt: norm for fmt in fk.FORMATS}
     if x_fp32:  # the GEMVs' written inputs as float32 in every format and width (the lever x_fp32; its choice carries it)
         kw["x_fp32"] = {fmt: True for fmt in fk.FORMATS}
+    if x_pairs:  # these formats' GEMV inputs as f16 pairs (the lever x_pairs, over the table's; its choice carries it)
+        kw["x_pairs"] = {**fk.resolve(None, device).x_pairs, **{fmt: True for fmt in x_pairs}}
     if not attention:  # the GEMVs alone: attention keeps the table's shape, its one candidate
         kw["attention_candidates"] = [fk.resolve(None, device).attention]
     tuned = fk.tune_launch_shapes(device, [cards[k].architecture for k in models], budget, formats=formats, ctxs=ctxs,
@@ -1101,6 +1104,8 @@ def main(argv=None) -> int:
                     help="the norm lever to tune every format under (default: the GPU's table entry's, per format)")
     ap.add_argument("--tune-x-fp32", action="store_true",
                     help="tune every format with the GEMVs' written inputs in float32 (the lever x_fp32; default: the table's)")
+    ap.add_argument("--tune-x-pairs", nargs="+", default=[], choices=("int4", "fp8"),
+                    help="tune these formats with their GEMV inputs as f16 pairs (the lever x_pairs; default: the table's)")
     ap.add_argument("--no-tune-attention", dest="tune_attention", action="store_false",
                     help="tune the GEMVs alone (attention keeps the table's shape) and time the steps with the tuned GEMVs against the table")
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
@@ -1171,7 +1176,7 @@ def main(argv=None) -> int:
                          chosen_levers(a.levers, device))
             else:
                 run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
-                         a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32, a.tune_attention)
+                         a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32, a.tune_attention, a.tune_x_pairs)
             run.save()
     summary(run)
     run.save()

@@ -3,7 +3,7 @@ table's shape, norm and input: tune.as_the_step_reads), read out by Nsight Compu
 beside the read-only kernel over the same bytes (benchmarks/floor_limit.py's ceiling kernel).
 
     python benchmarks/gemv_stalls.py [--models qwen2.5-7b] [--quant bf16 fp8 int4-triton] [--roles gate_up down]
-        [--ncu ncu] [--json out.json]
+        [--x-pairs fp8] [--ncu ncu] [--json out.json]
     python benchmarks/gemv_stalls.py --launch ...      # the launches alone (what ncu profiles; no counters)
     python benchmarks/gemv_stalls.py --report out.json # an earlier run's table again (no GPU)
 
@@ -54,7 +54,7 @@ READ_SHAPE = (4096, 4, 8)  # the read-only kernel's (int32 words a block, blocks
 KERNELS = "^(_linear_kernel|_gate_up_kernel|_qkv_rope_kernel|stream_read)"  # the GEMVs' kernels and the read-only one
 
 
-def launches(models, quants, roles):
+def launches(models, quants, roles, x_pairs=()):
     """Each (label, launch) the profile takes, in order: per card, format and role the step's GEMV as
     the step launches it, then the read-only kernel over the same bytes."""
     import torch
@@ -67,7 +67,7 @@ def launches(models, quants, roles):
     from decodegap.measure.fused_kernels.tune import RoleBench, as_the_step_reads
 
     device = torch.device("cuda")
-    cards, table = load_models(), fk.resolve(None, device)
+    cards, table = load_models(), fk.resolve({"x_pairs": {fmt: True for fmt in x_pairs}} if x_pairs else None, device)
     for key in models:
         arch = cards[key].architecture
         for quant in quants:
@@ -87,12 +87,12 @@ def launches(models, quants, roles):
                 del bench, buf
 
 
-def run_launches(models, quants, roles) -> None:
+def run_launches(models, quants, roles, x_pairs=()) -> None:
     """--launch: each kernel launched once (ncu flushes the caches before each profiled pass, so each
     reads its weight from HBM), its label printed before it, in the order ncu profiles them."""
     import torch
 
-    for label, launch in launches(models, quants, roles):
+    for label, launch in launches(models, quants, roles, x_pairs):
         print(f"PROFILE {label}", flush=True)
         launch()
         torch.cuda.synchronize()
@@ -173,12 +173,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quant", nargs="+", default=["bf16", "fp8", "int4-triton"], choices=sorted(FORMAT_OF))
     ap.add_argument("--roles", nargs="+", default=["qkv", "o", "gate_up", "down"])
     ap.add_argument("--ncu", default="ncu", help="Nsight Compute's command line")
+    ap.add_argument("--x-pairs", nargs="+", default=[], choices=("int4", "fp8"),
+                    help="these formats' GEMVs reading f16 pairs (the lever x_pairs) whatever the table says")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--launch", action="store_true", help="(what ncu runs) the launches alone")
     ap.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file (no GPU)")
     a = ap.parse_args(argv)
     if a.launch:
-        run_launches(a.models, a.quant, a.roles)
+        run_launches(a.models, a.quant, a.roles, a.x_pairs)
         return 0
     if a.report:
         with open(a.report) as fh:
@@ -190,7 +192,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--csv", "--page", "raw", "--kernel-name", f"regex:{KERNELS}",
            "--metrics", ",".join(METRICS.values()), sys.executable, os.path.abspath(__file__), "--launch",
-           "--models", *a.models, "--quant", *a.quant, "--roles", *a.roles]
+           "--models", *a.models, "--quant", *a.quant, "--roles", *a.roles] + (["--x-pairs", *a.x_pairs] if a.x_pairs else [])
     print(f"[{time.perf_counter() - t0:6.1f} s] {' '.join(cmd[:8])} ... (ncu: each launch of the kernels {KERNELS})", flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True)
     labels = [ln.removeprefix("PROFILE ").strip() for ln in done.stdout.splitlines() if ln.startswith("PROFILE ")]

@@ -689,7 +689,7 @@ def test_f16_pairs_are_refused_where_they_cannot_be_read(gen):
     dense, _ = _weight("dense", 8, 128, gen, torch.bfloat16)
     int4, _ = _weight("int4", 8, 128, gen, torch.bfloat16)
     out = torch.empty(8, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="linear: x as int32 f16 pairs .the lever x_pairs. is read by int4 weights only, not dense"):
+    with pytest.raises(ValueError, match="linear: x as int32 f16 pairs .the lever x_pairs. is read by int4 and fp8 weights only, not dense"):
         fk.linear(xp, dense, out, shape=SMALL)
     with pytest.raises(ValueError, match="linear: x as f16 pairs is normalised by the kernel that wrote it"):
         fk.linear(xp, int4, out, shape=SMALL_INT4, norm_weight=torch.ones(128, dtype=torch.bfloat16), eps=1e-6)
@@ -697,6 +697,75 @@ def test_f16_pairs_are_refused_where_they_cannot_be_read(gen):
         fk.linear(xp[:32], int4, out, shape=SMALL_INT4)
     with pytest.raises(ValueError, match="add_norm: xn as f16 pairs needs whole groups of 128: x has 96 values"):
         fk.add_norm(torch.randn(96), None, torch.ones(96), torch.empty(48, dtype=torch.int32), eps=1e-6)
+
+
+def test_add_norm_and_gate_up_write_fp8s_f16_halves_of_their_bf16_values(gen):
+    """x_pairs for fp8: add_norm's normalised x and gate_up's SiLU(gate) * up stored as fp8_pairs' halves
+    are exactly x_halves() of the bf16 values the same kernels store plainly (x / 16 is exact in f16's
+    normal range), and read back to them; pairs_for names the weights the pairs are for."""
+    from decodegap.measure.fused_kernels.fp8_pairs import from_halves, x_halves
+
+    inter, k, bf = 96, 384, torch.bfloat16
+    x, g = torch.randn(k, generator=gen).to(bf), (1 + torch.randn(k, generator=gen) / 4).to(bf)
+    xn16, xnh = torch.empty(k, dtype=bf), torch.full((k // 2,), -1, dtype=torch.int32)
+    fk.add_norm(x, None, g, xn16, eps=1e-6)
+    fk.add_norm(x, None, g, xnh, eps=1e-6, pairs_for="fp8")
+    assert torch.equal(xnh, x_halves(xn16).view(-1)) and torch.equal(from_halves(xnh), xn16.float())
+    w, _ = _weight("fp8", 2 * inter, k, gen, bf)
+    h16, hh = torch.empty(inter, dtype=bf), torch.full((inter // 2,), -1, dtype=torch.int32)
+    fk.gate_up(xn16, w, h16, norm_weight=None, eps=1e-6, shape=SMALL)
+    fk.gate_up(xn16, w, hh, norm_weight=None, eps=1e-6, shape=SMALL, act_dtype=bf, pairs_for="fp8")
+    assert torch.equal(hh, x_halves(h16).view(-1))
+    with pytest.raises(ValueError, match="add_norm: pairs_for 'int8': the f16 pairs of int4 or fp8 weights"):
+        fk.add_norm(x, None, g, xnh, eps=1e-6, pairs_for="int8")
+
+
+@pytest.mark.parametrize("n,k,la", [(37, 384, False), (24, 640, True)])  # a half-empty last program; a ragged last step
+def test_the_fp8_halves_loop_gives_the_float32_loops_products(n, k, la, gen):
+    """linear (with its residual), qkv_rope and gate_up reading x as fp8_pairs' f16 halves, with and
+    without load_ahead (their arithmetic under the interpreter in float32; the PTX compiles in
+    tests/test_fused_kernels_compile.py) against float64 on the dequantized weights: f16's rounding of x / 16."""
+    from decodegap.measure.fused_kernels.fp8_pairs import x_halves
+
+    x = torch.randn(k, generator=gen).to(torch.bfloat16)
+    xh = x_halves(x).view(-1)
+    w, w64 = _weight("fp8", n, k, gen, torch.bfloat16)
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, load_ahead=la)
+    out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
+    fk.linear(xh, w, out, shape=shape)
+    assert _rel(out, w64 @ x.double()) < 1e-2
+    res = torch.randn(n, generator=gen).to(torch.bfloat16)
+    out = res.clone()
+    fk.linear(xh, w, out, shape=shape, residual=out)
+    assert _rel(out, res.double() + w64 @ x.double()) < 1e-2
+    inter = 64
+    wg, wg64 = _weight("fp8", 2 * inter, k, gen, torch.bfloat16)
+    h = torch.full((inter,), float("nan"), dtype=torch.bfloat16)
+    fk.gate_up(xh, wg, h, norm_weight=None, eps=1e-6, shape=shape, act_dtype=torch.bfloat16)
+    y64 = wg64 @ x.double()
+    assert _rel(h, torch.nn.functional.silu(y64[:inter]) * y64[inter:]) < 3e-2
+    with pytest.raises(ValueError, match="linear: x as f16 pairs for fp8 weights reads whole words of 4 columns: 6 columns"):
+        fk.linear(xh[:3], _weight("fp8", 4, 6, gen, torch.bfloat16)[0], out[:4], shape=shape)
+
+
+def test_the_x_pairs_lever_runs_the_fp8_step_near_its_float32_loop_and_is_recorded():
+    """x_pairs on fp8 weights with the norm apart: qkv, gate_up and down read f16 halves (o and lm_head
+    their inputs as before), at the "fp8_pairs" shapes where given; the logits stay within f16's
+    rounding of the transformers model's on the same dequantized weights; the record says so."""
+    path = get_weight_path("fp8")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    net = FusedModel(dense, path, 64, backend="triton", gemv_configs={"norm": "apart", "x_pairs": {"fp8": True},
+                                                                      "gemv": {"fp8_pairs": {"down": {"rows": 8, "block_k": 128, "warps": 4}}}})
+    check = logit_check(path.prepare(dense), net, prompt_tokens=20, steps=3)
+    assert check["rel_l2_max"] <= 2e-3 and check["top1_agree"] == check["compared"], check
+    assert net.describe()["x_pairs"] is True and net._h_in.dtype == torch.int32 and net._xn_in.dtype == torch.int32
+    assert net.gemv["down"].rows == 8 and net.gemv["o"] == net.shapes.gemv_for("fp8", "o", 256)
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()  # prepare() packed the first one in place
+    off = FusedModel(dense, path, 64, backend="triton", gemv_configs={"norm": "apart"})
+    check_off = logit_check(path.prepare(dense), off, prompt_tokens=20, steps=3)
+    assert "x_pairs" not in off.describe() and check_off["rel_l2_max"] < check["rel_l2_max"]  # the float32 loop: closer still
+    on = fk.resolve({"norm": "apart", "x_pairs": {"fp8": True}}, "cpu")
+    assert on.as_dict()["x_pairs"] == {"fp8": True} and fk.resolve(on.as_dict(), "cpu") == on and not on.x_pairs_for("int4", 256)
 
 
 def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded():
@@ -718,8 +787,8 @@ def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded()
     assert not fk.resolve({"norm": "program", "x_pairs": True}, "cpu").x_pairs_for("int4", 256)
     net.set_launch_shapes({"norm": "sum", "x_pairs": True})  # no norm apart, no launch to write the pairs: off
     assert "x_pairs" not in net.describe() and net._h_in is net._h
-    with pytest.raises(ValueError, match="x_pairs is a lever of int4 weights only, not fp8"):
-        fk.resolve({"x_pairs": {"fp8": True}}, "cpu")
+    with pytest.raises(ValueError, match="x_pairs is a lever of int4 and fp8 weights only, not dense"):
+        fk.resolve({"x_pairs": {"dense": True}}, "cpu")
     with pytest.raises(ValueError, match="unknown format 'int8_pairs'"):
         fk.resolve({"gemv": {"int8_pairs": {}}}, "cpu")
 

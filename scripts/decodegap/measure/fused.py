@@ -345,6 +345,7 @@ class FusedModel:
         # the GEMVs': their weights' first loop steps, in the programs that start while the kernel before runs
         pf = {"pdl": pdl, "prefetch_steps": self._prefetch_steps, "prefetching": self._prefetching}
         sums = self._sums
+        pairs_for = "fp8" if self.kernel_format == "fp8" else "int4"  # the order the lever x_pairs writes the inputs in
         out = [("other", call(self._embed, token))]
         if mode == "sum":
             out.append(("other", sums.zero_))
@@ -355,7 +356,7 @@ class FusedModel:
             norm's GEMV (lm_head, dense) never reads f16 pairs."""
             if mode == "apart":
                 xn = self._xn if final and self._x_pairs else self._xn_in
-                out.append(("other", call(fk.add_norm, x, None, weight, xn, eps=eps, pdl=pdl)))
+                out.append(("other", call(fk.add_norm, x, None, weight, xn, eps=eps, pdl=pdl, pairs_for=pairs_for)))
                 return xn, {"norm_weight": None}
             if mode == "sum" and slot > 0:
                 return x, {"norm_weight": weight, "norm_sum": sums[slot:slot + 1]}
@@ -374,7 +375,7 @@ class FusedModel:
                                      **pf, **summed(2 * i + 1))))
             src, norm = normed(2 * i + 1, layer.post_norm)
             out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h_in, eps=eps, shape=g["gate_up"],
-                                     act_dtype=self.dtype, **pf, **norm)))
+                                     act_dtype=self.dtype, pairs_for=pairs_for, **pf, **norm)))
             out.append(("gemv", call(fk.linear, self._h_in, op(layer.down), x, shape=g["down"], bias=layer.down.bias, residual=x,
                                      **pf, **summed(2 * i + 2))))
         src, norm = normed(2 * len(self.layers), self.final_norm, final=True)

@@ -211,8 +211,8 @@ def cases(quick: bool) -> dict:
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm, table_x32)
                 if step_writes_input(role, own_norm) and not table_x32:
                     variants["x fp32 "] = (shape, own_norm, True)
-                if fmt == "int4" and role in ("qkv", "gate_up", "down"):  # the lever x_pairs at its own shapes
-                    variants["x pairs "] = (table.gemv_for("int4_pairs", role, arch["hidden_size"]), "none", "pairs")
+                if fmt in ("int4", "fp8") and role in ("qkv", "gate_up", "down"):  # the lever x_pairs at its own shapes
+                    variants["x pairs "] = (table.gemv_for(f"{fmt}_pairs", role, arch["hidden_size"]), "none", "pairs")
                 for tag, (sh, norm, x32) in list(variants.items())[:1] + [v for v in variants.items() if v[0] == "x pairs "]:
                     # the lever load_ahead flipped: the table's read, and int4's pairs
                     variants[f"{tag}load ahead {'off' if sh.load_ahead else 'on'} "] = (

@@ -54,6 +54,7 @@ import triton.language as tl
 from decodegap.measure.fused_kernels.common import (
     DENSE, FMT_FP8, FMT_INT4, FP8, INT4, INT4_GROUP, INT4_PER_WORD, NORM_OFF, NORM_PROGRAM, NORM_SUM, check_index_range,
     input_chunk, int4_groups, launch_options, p2, pdl_start, prefetch_programs, prefetch_rows, prefetch_span, require, rstd_for)
+from decodegap.measure.fused_kernels.fp8_pairs import fp8_pairs_rows
 from decodegap.measure.fused_kernels.int4_pairs import XP_OFF, pairs_rows, store_pairs, xp_mode
 from decodegap.measure.fused_kernels.launch import GemvConfig
 
@@ -227,10 +228,13 @@ def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl
               R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr, XP: tl.constexpr,
               LA: tl.constexpr):
     """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
-    a tile when XT; int4 words against x given as f16 pairs when XP (int4_pairs: NORM off, XT unused);
+    a tile when XT; int4 words against x given as f16 pairs when XP is 1 or 2 (int4_pairs), fp8 weights
+    against x given as f16 halves when XP is 3 or 4 (fp8_pairs; NORM off and XT unused with either);
     each loop step's weights loaded one step ahead when LA (the lever load_ahead)."""
-    if XP:
+    if XP == 1 or XP == 2:
         y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA)
+    elif XP == 3 or XP == 4:
+        y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA)
     elif FMT == FMT_INT4:
         y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT, LA)
     else:
@@ -343,7 +347,8 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
     """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype ACT; out = SiLU(gate) * up, SiLU's output
     rounded as transformers' act_fn rounds it, stored as out's dtype (ACT, or float32 holding ACT's
-    values), or as the next int4 GEMV's f16 pairs (OUT_PAIRS: out_ptr is their float16 view)."""
+    values), or as the next int4 GEMV's f16 pairs (OUT_PAIRS 1: out_ptr is their float16 view), or the
+    next fp8 GEMV's f16 halves of out / 16 (OUT_PAIRS 2: fp8_pairs)."""
     rows = tl.program_id(0) * BN + tl.arange(0, BN)
     rmask = rows < I
     pair = tl.arange(0, 2 * BN)  # the block's gate rows, then its up rows
@@ -362,8 +367,10 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
     up = up.to(ACT).to(tl.float32)
     act = (gate * tl.sigmoid(gate)).to(ACT).to(tl.float32)
     h = (act * up).to(ACT)
-    if OUT_PAIRS:
+    if OUT_PAIRS == 1:
         store_pairs(out_ptr, rows, h.to(tl.float32), rmask)
+    elif OUT_PAIRS == 2:
+        tl.store(out_ptr + rows, (h.to(tl.float32) * (1.0 / 16.0)).to(tl.float16), mask=rmask)
     else:
         tl.store(out_ptr + rows, h.to(out_ptr.dtype.element_ty), mask=rmask)
 
@@ -373,7 +380,8 @@ def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.c
                      PDL: tl.constexpr, PAIRS: tl.constexpr):
     """One program: x += y (when ADD, rounded to x's dtype), then xn = RMSNorm(x) * g, rounded to x's
     dtype and stored as xn's (x's, or float32 holding those values: the lever x_fp32), or as an int4
-    GEMV's f16 pairs (PAIRS: xn_ptr is their float16 view; the lever x_pairs)."""
+    GEMV's f16 pairs (PAIRS 1: xn_ptr is their float16 view; the lever x_pairs), or an fp8 GEMV's f16
+    halves of xn / 16 (PAIRS 2: fp8_pairs)."""
     pdl_start(PDL)
     offs = tl.arange(0, HP)
     m = offs < H
@@ -384,8 +392,10 @@ def _add_norm_kernel(x_ptr, y_ptr, g_ptr, xn_ptr, eps, H: tl.constexpr, HP: tl.c
     x32 = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x32 * x32, axis=0) / H + eps)
     xn = tl.load(g_ptr + offs, mask=m, other=0.0).to(tl.float32) * (x32 * rstd).to(x.dtype).to(tl.float32)
-    if PAIRS:
+    if PAIRS == 1:
         store_pairs(xn_ptr, offs, xn.to(x.dtype).to(tl.float32), m)
+    elif PAIRS == 2:
+        tl.store(xn_ptr + offs, (xn.to(x.dtype).to(tl.float32) * (1.0 / 16.0)).to(tl.float16), mask=m)
     else:
         tl.store(xn_ptr + offs, xn.to(x.dtype).to(xn_ptr.dtype.element_ty), mask=m)
 
@@ -401,18 +411,21 @@ def _operand_args(op: WeightOperand | None, stand_in):
 
 
 def _gemv_input(where: str, x, op: WeightOperand | None, norm_weight) -> tuple[int, int]:
-    """(K, XP) of a GEMV's input x: an activation vector of K values, or (int32) the f16 pairs of K
-    values that only int4 weights read, already normalised (int4_pairs; the lever x_pairs)."""
+    """(K, XP) of a GEMV's input x: an activation vector of K values, or (int32) K values as f16 in
+    pairs, already normalised (the lever x_pairs): for int4 weights in the words' order (int4_pairs),
+    for fp8 weights x / 16 in column order (fp8_pairs)."""
     require(where, "x", x, dtype=(*ACTIVATION_DTYPES, torch.int32))
     xp = xp_mode(x)
     if xp == XP_OFF:
         return x.numel(), xp
-    if op is None or op.format != "int4":
-        raise ValueError(f"{where}: x as int32 f16 pairs (the lever x_pairs) is read by int4 weights only, "
+    if op is None or op.format not in ("int4", "fp8"):
+        raise ValueError(f"{where}: x as int32 f16 pairs (the lever x_pairs) is read by int4 and fp8 weights only, "
                          f"not {'a packed path' if op is None else op.format}")
     if norm_weight is not None:
         raise ValueError(f"{where}: x as f16 pairs is normalised by the kernel that wrote it: norm_weight must be None")
-    return 2 * x.numel(), xp
+    if op.format == "fp8" and x.numel() % 2:
+        raise ValueError(f"{where}: x as f16 pairs for fp8 weights reads whole words of 4 columns: {2 * x.numel()} columns are not")
+    return 2 * x.numel(), xp + 2 if op.format == "fp8" else xp
 
 
 def _norm_args(where: str, x, norm_weight, norm_sum):
@@ -514,13 +527,14 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
 
 
 def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=None, norm_sum=None, pdl: bool = False,
-            prefetch_steps: int = 0, prefetching: int | None = None, act_dtype=None) -> None:
+            prefetch_steps: int = 0, prefetching: int | None = None, act_dtype=None, pairs_for: str = "int4") -> None:
     """out (intermediate,) = SiLU(gate) * up of the joined gate/up GEMV (2 * intermediate rows: gate,
     then up) on RMSNorm(x) * norm_weight (x as given when norm_weight is None; norm_sum: x's sum of
     squares, _norm_args); from `y` (that GEMV's output) when a path ran it, weight None. prefetch_steps,
     prefetching: as linear's. gate, up and SiLU(gate) * up are rounded to `act_dtype` (default out's
     dtype); out may be float32 holding those rounded values (the lever x_fp32: the down GEMV then
-    converts nothing), or int32: the down GEMV's f16 pairs of them (int4_pairs; the lever x_pairs)."""
+    converts nothing), or int32: the down GEMV's f16 pairs of them (the lever x_pairs), as the weights
+    of `pairs_for` read them ("int4": int4_pairs' order; "fp8": fp8_pairs' halves of x / 16)."""
     where = "gate_up"
     op = None if y is not None else as_operand(weight)
     k, xp = _gemv_input(where, x, op, norm_weight)
@@ -532,9 +546,9 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
                          f"act_dtype ({str(act).removeprefix('torch.')}), float32 (their values, for the next GEMV) "
                          "or int32 (their f16 pairs, for an int4 GEMV)")
     norm, g, ss = _norm_args(where, x, norm_weight, norm_sum)
-    out_pairs = out.dtype == torch.int32
+    out_pairs = _pairs_mode(where, out, pairs_for)
     inter = 2 * out.numel() if out_pairs else out.numel()
-    if out_pairs and inter % INT4_GROUP:
+    if out_pairs == 1 and inter % INT4_GROUP:
         raise ValueError(f"{where}: out as f16 pairs needs whole groups of {INT4_GROUP}: intermediate size {inter} is not")
     if y is not None:
         if weight is not None:
@@ -560,6 +574,14 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
+def _pairs_mode(where: str, out, pairs_for: str) -> int:
+    """The writers' PAIRS / OUT_PAIRS for an output `out`: 0 as its dtype, or (int32) the f16 pairs the
+    next GEMV's weights read: 1 int4's (int4_pairs), 2 fp8's (fp8_pairs)."""
+    if pairs_for not in ("int4", "fp8"):
+        raise ValueError(f"{where}: pairs_for {pairs_for!r}: the f16 pairs of int4 or fp8 weights")
+    return 0 if out.dtype != torch.int32 else 1 if pairs_for == "int4" else 2
+
+
 def _out_dtypes(x) -> tuple:
     """The dtypes a GEMV's outputs may have for its input x: x's; any activation dtype when x is
     float32 (it may hold bf16 values, written so by the lever x_fp32) or f16 pairs (x_pairs)."""
@@ -575,19 +597,20 @@ def _prefetch(op: WeightOperand | None, steps: int, block_k: int, pdl: bool) -> 
     return prefetch_span(op.weight, steps, per_step, pdl)
 
 
-def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False) -> None:
+def add_norm(x, y, norm_weight, xn, *, eps: float, pdl: bool = False, pairs_for: str = "int4") -> None:
     """x += y (unless y is None), then xn = RMSNorm(x) * norm_weight: one program, for paths whose
     own GEMV runs outside these kernels, and the norm apart (launch.py's lever norm). xn has x's
     dtype, or float32 (x's dtype's values, which a GEMV then reads without converting), or int32 (their
-    f16 pairs, h / 2 of them, for an int4 GEMV: int4_pairs, the lever x_pairs)."""
+    f16 pairs, h / 2 of them, the lever x_pairs, as the weights of `pairs_for` read them: "int4",
+    int4_pairs' order; "fp8", fp8_pairs' halves of xn / 16)."""
     where = "add_norm"
     require(where, "x", x, dtype=ACTIVATION_DTYPES)
     h = x.numel()
     if y is not None:
         require(where, "y", y, numel=h, device=x.device)
     require(where, "norm_weight", norm_weight, numel=h, device=x.device)
-    pairs = isinstance(xn, torch.Tensor) and xn.dtype == torch.int32
-    if pairs and h % INT4_GROUP:
+    pairs = _pairs_mode(where, xn, pairs_for) if isinstance(xn, torch.Tensor) else 0
+    if pairs == 1 and h % INT4_GROUP:
         raise ValueError(f"{where}: xn as f16 pairs needs whole groups of {INT4_GROUP}: x has {h} values")
     require(where, "xn", xn, numel=h // 2 if pairs else h, dtype=(x.dtype, torch.float32, torch.int32), device=x.device)
     _add_norm_kernel[(1,)](x, y if y is not None else x, norm_weight, xn.view(torch.float16) if pairs else xn, eps, H=h, HP=p2(h),

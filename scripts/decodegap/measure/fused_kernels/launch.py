@@ -43,13 +43,15 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        float32 holding their bf16 values, so a GEMV's loop converts no input (ahead
                        --loops: 6.5-7.8 instructions a weight to 5.1-6.3 for Qwen-2.5-7B's int4 qkv,
                        gate_up and down); the numbers are the same
-  x_pairs              per weight format (int4 only; true, or the card widths it is on for), with the norm
-                       apart: the inputs the step writes for its qkv, gate_up and down GEMVs stored as
-                       f16 pairs in the int4 words' order (add_norm, gate_up's epilogue), which those
-                       GEMVs read two weights an instruction in packed halves (int4_pairs.py: about two
-                       SASS instructions a weight against 4.6-7.8); o reads the attention's output as
-                       before. Its GEMV shapes are the table's "int4_pairs" ones (else int4's). The
-                       numbers differ from the float32 loop's by f16's rounding of x and of four-product sums
+  x_pairs              per weight format (int4 and fp8; true, or the card widths it is on for), with the
+                       norm apart: the inputs the step writes for its qkv, gate_up and down GEMVs stored as
+                       f16 pairs (add_norm, gate_up's epilogue), which those GEMVs read two weights an
+                       instruction in packed halves: for int4 in the words' order (int4_pairs.py: about
+                       two SASS instructions a weight against 4.6-7.8), for fp8 x / 16 in column order
+                       (fp8_pairs.py: seven instructions for four weights, a float32 accumulator a word);
+                       o reads the attention's output as before. Its GEMV shapes are the table's
+                       "int4_pairs" / "fp8_pairs" ones (else the format's). The numbers differ from the
+                       float32 loop's by f16's rounding of x and of two- to four-product sums
   load_ahead           per read (READS) the roles whose GEMV loop loads each step's weight tile (for
                        int4 its scales and zeros too) one step ahead, into registers, so its loads are
                        in flight while the step before is multiplied. Triton does not pipeline these
@@ -75,9 +77,9 @@ from dataclasses import dataclass, field
 
 ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
 FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernels read (gemv.WeightOperand)
-# how the GEMVs read them: each format as stored, and int4 against x as f16 pairs (the lever x_pairs), whose
-# shapes a table may give apart (a read without its own shapes takes its format's)
-READS = FORMATS + ("int4_pairs",)
+# how the GEMVs read them: each format as stored, and int4 and fp8 against x as f16 pairs (the lever x_pairs),
+# whose shapes a table may give apart (a read without its own shapes takes its format's)
+READS = FORMATS + ("int4_pairs", "fp8_pairs")
 COMBINES = ("separate", "in_split")
 NORMS = ("program", "sum", "apart")
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
@@ -222,8 +224,8 @@ class LaunchShapes:
         _check_widths_lever(self.x_pairs, "x_pairs")
         _check_roles_lever(self.load_ahead, "load_ahead")
         for fmt, on in self.x_pairs.items():
-            if on and fmt != "int4":
-                raise ValueError(f"launch shapes: x_pairs is a lever of int4 weights only, not {fmt}")
+            if on and fmt not in ("int4", "fp8"):
+                raise ValueError(f"launch shapes: x_pairs is a lever of int4 and fp8 weights only, not {fmt}")
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as

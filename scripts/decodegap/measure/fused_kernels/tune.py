@@ -23,6 +23,7 @@ import torch
 from decodegap.measure.fused_kernels import split_attention as attn
 from decodegap.measure.fused_kernels import gemv
 from decodegap.measure.fused_kernels.common import pdl_available
+from decodegap.measure.fused_kernels.fp8_pairs import x_halves
 from decodegap.measure.fused_kernels.int4_pairs import x_pairs as x_pairs_of
 from decodegap.measure.fused_kernels.launch import (
     FORMATS, ROLES, AttentionConfig, GemvConfig, gpu_key_of, launch_shapes_for, sm_count_of)
@@ -41,6 +42,10 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
     # 2.9-3.7 SASS instructions a weight against 3.9-4.1 at the table's 4 words a thread), and load_ahead
     "int4_pairs": [(2, 512, 4), (4, 512, 4), (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 8),
                    (16, 1024, 8), (32, 512, 8), (8, 512, 2), (4, 1024, 4, False, None, True), (8, 1024, 8, False, None, True)],
+    # fp8 reading f16 halves (fp8_pairs: a float32 accumulator a word of four weights, so more rows and
+    # columns a program fit the registers than in the float32 loop)
+    "fp8_pairs": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (8, 1024, 4), (4, 2048, 4), (8, 1024, 8), (16, 512, 4),
+                  (16, 1024, 8), (4, 1024, 4, False, None, True)],
 }
 PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
@@ -131,11 +136,11 @@ def step_writes_input(role: str, norm_input: str) -> bool:
 
 def as_the_step_reads(table, fmt: str, role: str, hidden: int) -> tuple:
     """How the fused step with launch shapes `table` launches `role`'s GEMV for weights stored as `fmt`
-    in a card of width `hidden`: the read (READS: "int4_pairs" where the table has the lever x_pairs),
-    its shape, and RoleBench.launch's input keywords (norm, x_fp32, x_pairs)."""
+    in a card of width `hidden`: the read (READS: "int4_pairs" or "fp8_pairs" where the table has the
+    lever x_pairs), its shape, and RoleBench.launch's input keywords (norm, x_fp32, x_pairs)."""
     norm = NORM_INPUT_OF[table.norm_for(fmt)]
     if role in ("qkv", "gate_up", "down") and table.x_pairs_for(fmt, hidden):
-        return "int4_pairs", table.gemv_for("int4_pairs", role, hidden), {"norm": "none", "x_pairs": True}
+        return f"{fmt}_pairs", table.gemv_for(f"{fmt}_pairs", role, hidden), {"norm": "none", "x_pairs": True}
     x32 = step_writes_input(role, norm) and table.x_fp32_for(fmt, hidden)
     return fmt, table.gemv_for(fmt, role, hidden), {"norm": norm, "x_fp32": bool(x32)}
 
@@ -186,7 +191,8 @@ class RoleBench:
     def launch(self, shape: GemvConfig, i: int = 0, pdl: bool = False, norm: str = "program", prefetch: int = 0,
                prefetching: int | None = None, x_fp32: bool = False, x_pairs: bool = False) -> None:
         """One launch on weight copy i; x_fp32: the input as float32 holding its values (the lever x_fp32);
-        x_pairs: as int4_pairs' f16 pairs (the lever x_pairs: int4, x given normalised)."""
+        x_pairs: as the f16 pairs the format's weights read (the lever x_pairs: int4_pairs' order, fp8_pairs'
+        halves of x / 16; x given normalised)."""
         op = self.ops[i]
         pdl = {"pdl": pdl, "prefetch_steps": prefetch, "prefetching": prefetching}
         x = self.x.float() if x_fp32 else self.x
@@ -195,7 +201,7 @@ class RoleBench:
             x = x.float() if x_fp32 and norm == "none" else x  # a norm prologue takes x as stored
         if x_pairs:
             if self._pairs is None:
-                self._pairs = x_pairs_of(x).view(-1)
+                self._pairs = (x_halves(x) if self.fmt == "fp8" else x_pairs_of(x)).view(-1)
             x = self._pairs
         if self.role == "qkv":
             gemv.qkv_rope(x, op, heads=self.heads, position=self.pos, cos=self.cos, sin=self.sin, q_out=self.q,
@@ -309,10 +315,11 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     `layers`). The GEMVs after a norm run as the step will run them: with the norm lever of `norm`
     ({format: "program" | "sum" | "apart"}; None: the device's table entry's), which the result
     keeps, and their inputs as the lever `x_fp32` has them ({format: true | [card widths]}; None: the
-    table entry's), which the result keeps too. Where the lever x_pairs is on for int4 at a card's width
-    (`x_pairs` {"int4": true | [card widths]}; None: the table entry's; it needs int4's norm apart), that
-    width's qkv, gate_up and down are tuned as the read "int4_pairs" (GEMV_CANDIDATES["int4_pairs"], the
-    input as f16 pairs), the only way the step launches them, and the read "int4" keeps its other roles.
+    table entry's), which the result keeps too. Where the lever x_pairs is on for int4 or fp8 at a card's
+    width (`x_pairs` {format: true | [card widths]}; None: the table entry's; it needs the format's norm
+    apart), that width's qkv, gate_up and down are tuned as the read "<format>_pairs"
+    (GEMV_CANDIDATES["int4_pairs"] / ["fp8_pairs"], the input as f16 pairs), the only way the step
+    launches them, and the format's own read keeps its other roles.
     Each candidate is checked once against float32 (a wrong one is dropped). What the budget
     left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
     t0 = time.perf_counter()
@@ -331,14 +338,14 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     width = [arch["hidden_size"] for arch in cards]
     lead = {w: width.index(w) for w in width}  # each width's first card: every candidate runs on it
     for fi, fmt in enumerate(formats):  # each format its share of the GEMVs' 70 % of the budget
-        for read in (fmt, "int4_pairs") if fmt == "int4" else (fmt,):
+        for read in (fmt, f"{fmt}_pairs") if fmt in ("int4", "fp8") else (fmt,):
             per_role = timings["gemv"].setdefault(read, {})
             for ci, arch in enumerate(cards):
                 pairs = under.x_pairs_for(fmt, arch["hidden_size"])
                 for role in ROLES:
                     if role == "lm_head" and fmt != "dense":
                         continue  # the output projection stays bf16 in every path
-                    if (read == "int4_pairs") != (pairs and role in PAIRS_ROLES):
+                    if read.endswith("_pairs") != (pairs and role in PAIRS_ROLES):
                         continue  # a read the step does not launch for this role at this width
                     if over(0.7 * (fi + 1) / len(formats)):
                         skipped.append(f"gemv {read} {role} card {ci}")
@@ -352,13 +359,13 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
                     # an input the step writes (x normalised apart, the MLP's activations): f16 pairs under
                     # x_pairs (normalised apart), else float32 under x_fp32
                     x32 = step_writes_input(role, given) and under.x_fp32_for(fmt, arch["hidden_size"])
-                    kw = {"norm": "none", "x_pairs": True} if read == "int4_pairs" else {"norm": given}
+                    kw = {"norm": "none", "x_pairs": True} if read.endswith("_pairs") else {"norm": given}
                     for shape in cands:
                         try:
                             if not bench.error(shape, **kw) < 5e-2:
                                 say(f"tune: {read} {role} {shape}: wrong result, dropped")
                                 continue
-                            us = graph_us(lambda i: bench.launch(shape, i, x_fp32=x32 and read != "int4_pairs", **kw),
+                            us = graph_us(lambda i: bench.launch(shape, i, x_fp32=x32 and not read.endswith("_pairs"), **kw),
                                           len(bench.ops), device)
                         except Exception as exc:  # noqa: BLE001 - a shape the compiler refuses is dropped, not the end
                             say(f"tune: {read} {role} {shape}: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
