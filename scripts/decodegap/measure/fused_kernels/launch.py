@@ -357,7 +357,11 @@ _H200_X_FP32 = {"int4": [4096]}
 # (int4_pairs.py). Its shapes are each role's best in benchmarks/int4_packed_gemv.py (2026-12-03, code 76c848b,
 # GPU-515172d2; results/benchmarks/int4_packed_gemv_h200.txt: there 1.23-1.45x the float32 loop's time on these
 # roles) over Qwen-2.5-7B's and Llama-3.1-8B's shapes, as the kernels count rows (qkv and gate_up: half the tile's).
-_H200_X_PAIRS = {"int4": True}
+# For fp8 (fp8_pairs.py, floor_limit.py --parts levers tune --quant fp8 --tune-x-pairs fp8 --no-tune-attention,
+# 2026-12-03, code 4f976dc, one machine; results/benchmarks/floor_limit_fp8_pairs_h200.txt): with the fp8 shapes
+# the fp8 steps of all three cards ran 1.069-1.122x at ctx 2048 and 16384, and with the shapes the tuner then
+# chose for the halves (_H200_FP8_PAIRS, same process) 1.096-1.136x.
+_H200_X_PAIRS = {"int4": True, "fp8": True}
 # The lever load_ahead (floor_limit.py --parts levers, 2026-12-03, code 665ad93, GPU-b3357425; results/
 # benchmarks/floor_limit_levers_ahead_h200.txt): only the 4096-wide cards' int4 pairs down takes it (their
 # int4 steps 1.014-1.022x faster at ctx 2048 and 16384); with it Qwen-2.5-7B's pairs down and gate_up, the
@@ -366,6 +370,8 @@ _H200_X_PAIRS = {"int4": True}
 _H200_LOAD_AHEAD: dict = {}
 _H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024, 8)}
 _H200_INT4_PAIRS_4096 = {"down": GemvConfig(4, 1024, 4, load_ahead=True)}
+_H200_FP8_PAIRS = {"qkv": (4, 2048, 4), "gate_up": (4, 2048, 4), "down": (4, 2048, 4)}
+_H200_FP8_PAIRS_4096 = {"qkv": (4, 1024, 4)}  # its gate_up and down: as the 3584-wide cards'
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -381,12 +387,13 @@ _H200_ATTENTION = AttentionConfig(block_t=32, programs_per_sm=4, warps=4, stages
                                   combine_cols=32)
 
 _H200_BY_HIDDEN[4096]["int4_pairs"] = _gemv_table(_H200_INT4_PAIRS_4096)
+_H200_BY_HIDDEN[4096]["fp8_pairs"] = _gemv_table(_H200_FP8_PAIRS_4096)
 
 LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4),
-                               "int4_pairs": _gemv_table(_H200_INT4_PAIRS)},
+                               "int4_pairs": _gemv_table(_H200_INT4_PAIRS), "fp8_pairs": _gemv_table(_H200_FP8_PAIRS)},
                          attention=_H200_ATTENTION,
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 x pairs, load ahead, combine by 32 columns)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 and fp8 x pairs, load ahead, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
                          x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS, load_ahead=_H200_LOAD_AHEAD),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
