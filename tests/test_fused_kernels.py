@@ -666,7 +666,7 @@ def test_the_int4_pairs_loop_gives_the_float32_loops_products(n, k, gen):
     x = torch.randn(k, generator=gen).to(torch.bfloat16)
     xp = x_pairs(x).view(-1)
     w, w64 = _weight("int4", n, k, gen, torch.bfloat16)
-    shape = fk.GemvConfig(rows=4, block_k=256, warps=4)
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=k == 640)  # the pairs as a tile of the words' shape in one case
     out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
     fk.linear(xp, w, out, shape=shape)
     assert _rel(out, w64 @ x.double()) < 1e-2
@@ -720,17 +720,18 @@ def test_add_norm_and_gate_up_write_fp8s_f16_halves_of_their_bf16_values(gen):
         fk.add_norm(x, None, g, xnh, eps=1e-6, pairs_for="int8")
 
 
-@pytest.mark.parametrize("n,k,la", [(37, 384, False), (24, 640, True)])  # a half-empty last program; a ragged last step
-def test_the_fp8_halves_loop_gives_the_float32_loops_products(n, k, la, gen):
+@pytest.mark.parametrize("n,k,la,xt", [(37, 384, False, False), (24, 640, True, False), (37, 640, False, True)])  # a half-empty last program; a ragged last step
+def test_the_fp8_halves_loop_gives_the_float32_loops_products(n, k, la, xt, gen):
     """linear (with its residual), qkv_rope and gate_up reading x as fp8_pairs' f16 halves, with and
-    without load_ahead (their arithmetic under the interpreter in float32; the PTX compiles in
-    tests/test_fused_kernels_compile.py) against float64 on the dequantized weights: f16's rounding of x / 16."""
+    without load_ahead, the halves as a vector or a tile (x_tile) (their arithmetic under the interpreter
+    in float32; the PTX compiles in tests/test_fused_kernels_compile.py) against float64 on the
+    dequantized weights: f16's rounding of x / 16."""
     from decodegap.measure.fused_kernels.fp8_pairs import x_halves
 
     x = torch.randn(k, generator=gen).to(torch.bfloat16)
     xh = x_halves(x).view(-1)
     w, w64 = _weight("fp8", n, k, gen, torch.bfloat16)
-    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, load_ahead=la)
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=xt, load_ahead=la)
     out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
     fk.linear(xh, w, out, shape=shape)
     assert _rel(out, w64 @ x.double()) < 1e-2

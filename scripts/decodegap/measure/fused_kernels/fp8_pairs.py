@@ -65,11 +65,13 @@ def fp8_word_dot(w, x, XP: tl.constexpr):
 
 @triton.jit
 def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-                   XP: tl.constexpr, LA: tl.constexpr):
+                   XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr):
     """W[rows] . x over K for fp8 weights (per-row scale s) and x as f16 halves of x / 16 (module
     docstring): BK / 4 words of each row a loop step, each word's four products in packed halves, the
     row sums in float32 times 16 and the row's scale. LA (the lever load_ahead): each step's words
-    loaded one step ahead."""
+    loaded one step ahead. XT (the shape's x_tile): the input loaded in the words' tile shape, each
+    thread its own columns' halves (from L1), instead of once and broadcast (a shared-memory exchange
+    and its barriers a loop step)."""
     KW: tl.constexpr = K // 4  # words a row
     BW: tl.constexpr = BK // 4  # words a loop step
     wp = w_ptr.to(tl.pointer_type(tl.int32))
@@ -89,7 +91,10 @@ def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.co
         else:
             w = tl.load(wp + rows[:, None] * KW + cols[None, :], mask=rmask[:, None] & cmask[None, :], other=0,
                         eviction_policy="evict_first")
-        x = tl.broadcast_to(tl.load(xq + cols, mask=cmask, other=0)[None, :], (R, BW))
+        if XT:
+            x = tl.load(xq + cols[None, :] + 0 * rows[:, None], mask=rmask[:, None] & cmask[None, :], other=0)
+        else:
+            x = tl.broadcast_to(tl.load(xq + cols, mask=cmask, other=0)[None, :], (R, BW))
         acc += fp8_word_dot(w, x, XP)
         if LA:
             w = w_next

@@ -229,12 +229,12 @@ def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl
               LA: tl.constexpr):
     """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
     a tile when XT; int4 words against x given as f16 pairs when XP is 1 or 2 (int4_pairs), fp8 weights
-    against x given as f16 halves when XP is 3 or 4 (fp8_pairs; NORM off and XT unused with either);
+    against x given as f16 halves when XP is 3 or 4 (fp8_pairs; NORM off with either, XT their pairs as a tile);
     each loop step's weights loaded one step ahead when LA (the lever load_ahead)."""
     if XP == 1 or XP == 2:
-        y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA)
+        y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA, XT)
     elif XP == 3 or XP == 4:
-        y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA)
+        y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA, XT)
     elif FMT == FMT_INT4:
         y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT, LA)
     else:

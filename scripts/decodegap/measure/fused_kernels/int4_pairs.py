@@ -91,10 +91,12 @@ def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
 
 @triton.jit
 def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-               XP: tl.constexpr, LA: tl.constexpr):
+               XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr = False):
     """W[rows] . x over K for int4 words (gemv.py's format) and x as pairs (module docstring): BK / 128
     groups a loop step, each word's dot in packed halves, scaled per group in float32. LA (the lever
-    load_ahead): each step's words, scales and zeros loaded one step ahead, in flight during the math."""
+    load_ahead): each step's words, scales and zeros loaded one step ahead, in flight during the math.
+    XT (the shape's x_tile): the input pairs loaded in the words' tile shape, each thread its own
+    (from L1), instead of once and broadcast over the rows."""
     GB: tl.constexpr = BK // 128
     NG: tl.constexpr = K // 128
     g0 = tl.arange(0, GB)
@@ -114,10 +116,18 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
         z1 = tl.broadcast_to(((16 * zw + 0x6400) * 65537)[:, :, None], (R, GB, 16))
         xb = xp_ptr + (grp * 64)[:, None] + i16[None, :]
         xm = gmask[:, None]
-        x0 = tl.broadcast_to(tl.load(xb, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x1 = tl.broadcast_to(tl.load(xb + 16, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x2 = tl.broadcast_to(tl.load(xb + 32, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
+        if XT:
+            xb3 = xb[None, :, :] + 0 * rows[:, None, None]
+            xm3 = xm[None, :, :] & rmask[:, None, None]
+            x0 = tl.load(xb3, mask=xm3, other=0)
+            x1 = tl.load(xb3 + 16, mask=xm3, other=0)
+            x2 = tl.load(xb3 + 32, mask=xm3, other=0)
+            x3 = tl.load(xb3 + 48, mask=xm3, other=0)
+        else:
+            x0 = tl.broadcast_to(tl.load(xb, mask=xm, other=0)[None, :, :], (R, GB, 16))
+            x1 = tl.broadcast_to(tl.load(xb + 16, mask=xm, other=0)[None, :, :], (R, GB, 16))
+            x2 = tl.broadcast_to(tl.load(xb + 32, mask=xm, other=0)[None, :, :], (R, GB, 16))
+            x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
         acc += word_dot(words, x0, x1, x2, x3, z0, z1, XP) * scale[:, :, None]
         if LA:
             words, scale, zi = words_next, scale_next, zi_next

@@ -43,9 +43,11 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
     "int4_pairs": [(2, 512, 4), (4, 512, 4), (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 8),
                    (16, 1024, 8), (32, 512, 8), (8, 512, 2), (4, 1024, 4, False, None, True), (8, 1024, 8, False, None, True)],
     # fp8 reading f16 halves (fp8_pairs: a float32 accumulator a word of four weights, so more rows and
-    # columns a program fit the registers than in the float32 loop)
+    # columns a program fit the registers than in the float32 loop); x_tile: the halves loaded in the
+    # words' tile shape (fewer shared-memory barriers on sm_90, fused_kernels.ahead), not yet timed on a GPU
     "fp8_pairs": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (8, 1024, 4), (4, 2048, 4), (8, 1024, 8), (16, 512, 4),
-                  (16, 1024, 8), (4, 1024, 4, False, None, True)],
+                  (16, 1024, 8), (4, 1024, 4, False, None, True), (4, 2048, 4, True), (8, 512, 4, True), (8, 1024, 4, True),
+                  (2, 2048, 4, True)],
 }
 PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
