@@ -9,12 +9,15 @@ H200, `benchmarks/step_model.py`). The kernels fold the small ops into the weigh
              output projection; RMSNorm prologue, residual epilogue), gate_up (RMSNorm, joined
              gate/up GEMV, SiLU x up), add_norm; generic over the weight's storage (dense bf16,
              fp8 with a scale per row, int4 words with a scale and zero per group): WeightOperand
+  int4_pairs int4 words against the input as f16 pairs, two weights an instruction (the lever x_pairs)
+  fp8_pairs  fp8 weights against the input as f16 halves of x / 16, a word of four at a time (x_pairs for fp8)
   split_attention  decode attention split over the cache's positions (flash decoding) and the combine
   launch     launch shapes keyed by GPU type (LAUNCH_SHAPES), the levers, and `resolve`, which
              turns what a fused model is given into LaunchShapes
   ops        the packed paths' linear layer as one PyTorch op (fp8, int4-triton)
   tune       tune_launch_shapes: the fastest shapes on the GPU at hand; the benches benchmarks use
   common     the legend of the kernels' compile-time names, the wrappers' tensor checks, helpers
+  ahead      every kernel compiled for a GPU without one (sm_90): registers, spills, SASS instructions a weight
 
 Arithmetic follows transformers' bf16 roundings where they are visible (the linear's output, the
 normalised activation, cos/sin tables in the activations' dtype); sums are float32.

@@ -23,6 +23,11 @@ Legend. Triton specialises a kernel on its `tl.constexpr` arguments; they are up
   FMT        weight storage format: DENSE (as stored, bf16 or float32), FP8 (e4m3, a float32 scale
              per row), INT4 (int32 words of eight 4-bit values, a scale and zero per group of 128)
   XT         the input chunk loaded as a tile of W's shape, not a vector (GemvConfig.x_tile)
+  XP         the input as f16 pairs (the lever x_pairs): 0 off; 1 or 2 int4's pairs (int4_pairs.py:
+             inline PTX, or emulated under the interpreter); 3 or 4 fp8's halves (fp8_pairs.py, likewise)
+  LA         each loop step's weights loaded one step ahead (the lever load_ahead)
+  PAIRS, OUT_PAIRS
+             a writer's output as f16 pairs for the next GEMV: 0 as its dtype, 1 int4's, 2 fp8's
   NORM       the input's RMSNorm prologue: NORM_OFF (x is used as given: already normalised, or
              no norm), NORM_PROGRAM (every program sums x's squares itself) or NORM_SUM (x's sum of
              squares read from one float32 that the kernel which wrote x added it into)
