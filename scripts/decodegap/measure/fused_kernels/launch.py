@@ -517,7 +517,7 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     x_fp32.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # true or false: every format's
     x_pairs = dict(base.x_pairs)
     given = spec.get("x_pairs", {})
-    x_pairs.update({"int4": given} if not isinstance(given, dict) else given)  # true or false: int4's, the one format it reads
+    x_pairs.update({"int4": given} if not isinstance(given, dict) else given)  # true or false alone: int4's (fp8's by {"fp8": ...})
     load_ahead = {**base.load_ahead, **spec.get("load_ahead", {})}  # a read given replaces the table's roles for it
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
