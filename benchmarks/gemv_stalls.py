@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -59,8 +60,12 @@ def launches(models, quants, roles, x_pairs=()):
     the step launches it, then the read-only kernel over the same bytes."""
     import torch
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from floor_limit import read_launch  # the ceiling part's read-only kernel
+    # the ceiling part's read-only kernel, from floor_limit.py beside this file (loaded by its path: the
+    # package alone is put on the path, in workflow/rules/common.smk)
+    spec = importlib.util.spec_from_file_location("floor_limit", os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_limit.py"))
+    floor_limit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor_limit)
+    read_launch = floor_limit.read_launch
 
     from decodegap.core.config import load_models
     from decodegap.measure import fused_kernels as fk
