@@ -411,6 +411,35 @@ def test_a_gemv_shape_carries_its_pipelining_depth_to_every_launch(monkeypatch):
         fk.resolve({"o": {"rows": 1, "block_k": 64, "warps": 2, "num_stages": 3}}, "cpu")
 
 
+def test_a_gemv_shape_carries_its_loop_stages_to_the_loop(monkeypatch):
+    """GemvConfig.loop_stages reaches the weight loop as LS (tl.range's num_stages: the pipeliner that the
+    launch option `stages` never applies to a loop without a dot) in every GEMV wrapper; its JSON form
+    reads back, is absent when off (recorded shapes read the same), and a depth below 2 is refused."""
+    from decodegap.measure.fused_kernels import gemv as gemv_module
+
+    piped = fk.GemvConfig(2, 64, 4, loop_stages=3)
+    assert piped.as_dict()["loop_stages"] == 3 and "loop_stages" not in fk.GemvConfig(2, 64, 4).as_dict()
+    assert fk.resolve({"o": piped.as_dict()}, "cpu", "h200").gemv["dense"]["o"] == piped
+    seen = []
+    for name in ("_linear_kernel", "_gate_up_kernel", "_qkv_rope_kernel"):
+        kernel = getattr(gemv_module, name)
+        monkeypatch.setattr(gemv_module, name, type("K", (), {"__getitem__": lambda self, grid, k=kernel: (
+            lambda *a, **kw: seen.append(kw["LS"]) or k[grid](*a, **kw))})())
+    x, w, out = torch.randn(64), torch.randn(8, 64), torch.empty(8)
+    fk.linear(x, w, out, shape=piped)
+    torch.testing.assert_close(out, w @ x, rtol=1e-5, atol=1e-5)
+    fk.gate_up(x, torch.randn(16, 64), torch.empty(8), norm_weight=torch.ones(64), eps=1e-5, shape=piped)
+    heads = fk.HeadLayout(2, 1, 16)
+    fk.qkv_rope(x, torch.randn(heads.qkv_rows, 64), heads=heads, position=torch.tensor([1]), cos=torch.ones(4, 8),
+                sin=torch.zeros(4, 8), q_out=torch.empty(32), k_cache=torch.zeros(1, 4, 16), v_cache=torch.zeros(1, 4, 16),
+                norm_weight=torch.ones(64), eps=1e-5, shape=piped)
+    fk.linear(x, w, out, shape=SMALL)
+    assert seen == [3, 3, 3, None]
+    for bad in (0, 1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="loop_stages must be a whole number >= 2"):
+            fk.GemvConfig(2, 512, 4, loop_stages=bad)
+
+
 def test_the_launch_wrappers_name_a_bad_tensor():
     x, w, out = torch.randn(64), torch.randn(8, 64), torch.empty(8)
     with pytest.raises(ValueError, match="linear: x must be contiguous"):
@@ -794,20 +823,24 @@ def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded()
         fk.resolve({"gemv": {"int8_pairs": {}}}, "cpu")
 
 
-@pytest.mark.parametrize("fmt", ["dense", "fp8", "int4", "int4 pairs"])
-def test_loading_each_step_ahead_gives_the_same_numbers(fmt, gen):
-    """The lever load_ahead only moves each loop step's weight loads one step earlier: linear, gate_up
-    and qkv_rope give the same bits with it as without, over a ragged last step (K = 384 in steps of 256:
-    the look-ahead past the last group or column is masked off) and a half-empty last program."""
+@pytest.mark.parametrize("lever", ["load_ahead", "loop_stages"])
+@pytest.mark.parametrize("fmt", ["dense", "fp8", "int4", "int4 pairs", "fp8 pairs"])
+def test_loading_each_step_ahead_gives_the_same_numbers(fmt, lever, gen):
+    """The levers load_ahead and loop_stages only move each loop step's weight loads earlier (one step
+    ahead into registers; loop_stages - 1 steps ahead into shared memory, which Triton's pipeliner does
+    on the GPU and the interpreter does not): linear, gate_up and qkv_rope give the same bits with them
+    as without, over a ragged last step (K = 384 in steps of 256: the look-ahead past the last group or
+    column is masked off) and a half-empty last program."""
+    from decodegap.measure.fused_kernels.fp8_pairs import x_halves
     from decodegap.measure.fused_kernels.int4_pairs import x_pairs
 
     n, k, inter = 37, 384, 40
-    stored = "int4" if fmt == "int4 pairs" else fmt
+    stored = fmt.split()[0]
     x = torch.randn(k, generator=gen).to(torch.bfloat16)
-    g = None if fmt == "int4 pairs" else (1 + torch.randn(k, generator=gen) / 4).to(torch.bfloat16)
-    xin = x_pairs(x).view(-1) if fmt == "int4 pairs" else x
+    g = None if fmt.endswith("pairs") else (1 + torch.randn(k, generator=gen) / 4).to(torch.bfloat16)
+    xin = {"int4 pairs": lambda: x_pairs(x).view(-1), "fp8 pairs": lambda: x_halves(x).view(-1)}.get(fmt, lambda: x)()
     off = fk.GemvConfig(rows=4, block_k=256, warps=4)
-    on = dataclasses.replace(off, load_ahead=True)
+    on = dataclasses.replace(off, **({"load_ahead": True} if lever == "load_ahead" else {"loop_stages": 3}))
     w, _ = _weight(stored, n, k, gen, torch.bfloat16)
     wg, _ = _weight(stored, 2 * inter, k, gen, torch.bfloat16)
     heads = fk.HeadLayout(2, 1, 16)

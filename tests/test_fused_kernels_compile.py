@@ -92,6 +92,13 @@ def _check(proc, rows):
     ahead_on = by[("qwen2.5-7b int4 gate_up x pairs load ahead on", "_gate_up_kernel")]
     assert ahead_on["loads"]["LDG.E.EF.128"] == by[("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel")]["loads"]["LDG.E.EF.128"] + 1
     assert "qwen2.5-7b dense down load ahead on" in issue and "qwen2.5-7b fp8 down load ahead on" in issue
+    # loop_stages pipelines the loop over K (Triton's pipeliner, which the launch option `stages` never
+    # applied to these dot-free loops): the weight tiles come in by cp.async (LDGSTS), the plain loop's by LDG
+    for case, kernel in (("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel"), ("qwen2.5-7b dense down", "_linear_kernel"),
+                         ("qwen2.5-7b fp8 down x pairs", "_linear_kernel")):
+        piped = by[(f"{case} loop stages 3", kernel)]
+        assert any(op.startswith("LDGSTS") for op in piped["loads"]), (case, piped["loads"])
+        assert not any(op.startswith("LDGSTS") for op in by[(case, kernel)]["loads"]), case
     bounds = {(b["card"], b["format"]): b for b in ahead.step_issue_bounds(rows)}
     # int4's step bound takes the pairs where the H200 table reads them: above the float32 loop's 3.24 TB/s
     assert 4 < bounds[("qwen2.5-7b", "int4")]["issue_TBps"] and bounds[("qwen2.5-7b", "fp8")]["issue_TBps"] < 10

@@ -217,6 +217,9 @@ def cases(quick: bool) -> dict:
                     # the lever load_ahead flipped: the table's read, and int4's pairs
                     variants[f"{tag}load ahead {'off' if sh.load_ahead else 'on'} "] = (
                         dataclasses.replace(sh, load_ahead=not sh.load_ahead), norm, x32)
+                if role in ("gate_up", "down"):  # the loop pipelined through shared memory (loop_stages: cp.async)
+                    for tag, (sh, norm, x32) in list(variants.items())[:1] + [v for v in variants.items() if v[0] == "x pairs "]:
+                        variants[f"{tag}loop stages 3 "] = (dataclasses.replace(sh, loop_stages=3, load_ahead=False), norm, x32)
                 if role in ("qkv", "gate_up", "lm_head"):  # the other norms: all of them, or (quick) per program or none
                     for norm, given in NORM_INPUT_OF.items():
                         if given != own_norm and (not quick or norm in ("program", "apart")):
@@ -224,7 +227,7 @@ def cases(quick: bool) -> dict:
                 for tag, (sh, norm, x32) in variants.items():
                     # PDL alone, and with the weight's first PDL_PREFETCH loop steps prefetched before the wait
                     levers = {"": (False, 0), "pdl": (True, 0), "pdl prefetch": (True, PDL_PREFETCH)}
-                    if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32", "x pairs", "load ahead")):
+                    if (quick and fmt != "dense") or tag.startswith(("norm", "x fp32", "x pairs", "load ahead", "loop stages")):
                         levers = {"": (False, 0)}
                     for lever, (pdl, pf) in levers.items():
                         out[f"{key} {fmt} {role} {tag}{lever}".strip()] = (

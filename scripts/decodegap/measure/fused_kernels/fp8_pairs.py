@@ -65,13 +65,13 @@ def fp8_word_dot(w, x, XP: tl.constexpr):
 
 @triton.jit
 def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-                   XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr):
+                   XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr, LS: tl.constexpr = None):
     """W[rows] . x over K for fp8 weights (per-row scale s) and x as f16 halves of x / 16 (module
     docstring): BK / 4 words of each row a loop step, each word's four products in packed halves, the
     row sums in float32 times 16 and the row's scale. LA (the lever load_ahead): each step's words
     loaded one step ahead. XT (the shape's x_tile): the input loaded in the words' tile shape, each
     thread its own columns' halves (from L1), instead of once and broadcast (a shared-memory exchange
-    and its barriers a loop step)."""
+    and its barriers a loop step). LS (the shape's loop_stages): the loop pipelined that deep."""
     KW: tl.constexpr = K // 4  # words a row
     BW: tl.constexpr = BK // 4  # words a loop step
     wp = w_ptr.to(tl.pointer_type(tl.int32))
@@ -81,7 +81,7 @@ def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.co
     if LA:
         w = tl.load(wp + rows[:, None] * KW + c0[None, :], mask=rmask[:, None] & (c0 < KW)[None, :], other=0,
                     eviction_policy="evict_first")
-    for k0 in range(0, KW, BW):
+    for k0 in tl.range(0, KW, BW, num_stages=LS):
         cols = k0 + c0
         cmask = cols < KW
         if LA:  # the next step's words (masked off past K): their loads overlap this step's math

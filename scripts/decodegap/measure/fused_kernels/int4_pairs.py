@@ -91,12 +91,14 @@ def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
 
 @triton.jit
 def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-               XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr = False):
+               XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr = False, LS: tl.constexpr = None):
     """W[rows] . x over K for int4 words (gemv.py's format) and x as pairs (module docstring): BK / 128
     groups a loop step, each word's dot in packed halves, scaled per group in float32. LA (the lever
     load_ahead): each step's words, scales and zeros loaded one step ahead, in flight during the math.
     XT (the shape's x_tile): the input pairs loaded in the words' tile shape, each thread its own
-    (from L1), instead of once and broadcast over the rows."""
+    (from L1), instead of once and broadcast over the rows. LS (the shape's loop_stages): the loop over K
+    software-pipelined that deep (cp.async copies of each step's words, scales, zeros and pairs into
+    shared memory, LS - 1 steps ahead); None: not pipelined."""
     GB: tl.constexpr = BK // 128
     NG: tl.constexpr = K // 128
     g0 = tl.arange(0, GB)
@@ -104,7 +106,7 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
     acc = tl.zeros((R, GB, 16), tl.float32)
     if LA:
         words, scale, zi = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, g0, K)
-    for k0 in range(0, K, BK):
+    for k0 in tl.range(0, K, BK, num_stages=LS):
         grp = k0 // 128 + g0
         gmask = grp < NG
         if LA:  # the next step's tile (masked off past the last group): its loads overlap this step's math

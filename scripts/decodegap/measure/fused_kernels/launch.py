@@ -137,8 +137,13 @@ class GemvConfig:
     whole groups), `warps` per program, `x_tile`: the input chunk loaded as a tile of W's shape
     instead of a vector (gemv.py's docstring says what that trades), and `stages`: Triton's software
     pipelining depth for the loop over K (how many loop steps' loads may be in flight; None leaves
-    Triton's default, 3 on CUDA, which every shape had before this field), `load_ahead`: each loop
-    step's weights loaded one step ahead (the lever of that name; LaunchShapes.gemv_for sets it)."""
+    Triton's default, 3 on CUDA, which every shape had before this field; a launch option, which
+    pipelines only loops with a dot: the GEMVs' loops it leaves as they are, floor_limit_stages_h200.txt),
+    `load_ahead`: each loop step's weights loaded one step ahead (the lever of that name;
+    LaunchShapes.gemv_for sets it), `loop_stages`: the loop over K written as
+    tl.range(num_stages=loop_stages), which Triton's pipeliner does apply to a loop without a dot: each
+    step's loads become cp.async copies into shared memory issued loop_stages - 1 steps ahead, so that
+    many steps' bytes are in flight a program without holding registers (None: the plain loop)."""
 
     rows: int
     block_k: int
@@ -146,10 +151,15 @@ class GemvConfig:
     x_tile: bool = False
     stages: int | None = None
     load_ahead: bool = False
+    loop_stages: int | None = None
 
     def __post_init__(self):
         if self.stages is not None and (isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1):
             raise ValueError(f"GEMV launch shape: stages must be a whole number >= 1 or None (Triton's default), not {self.stages!r}")
+        if self.loop_stages is not None and (isinstance(self.loop_stages, bool) or not isinstance(self.loop_stages, int)
+                                             or self.loop_stages < 2):
+            raise ValueError(f"GEMV launch shape: loop_stages must be a whole number >= 2 (steps pipelined) or None "
+                             f"(the plain loop), not {self.loop_stages!r}")
 
     def as_dict(self) -> dict:
         out = {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
@@ -157,6 +167,8 @@ class GemvConfig:
             out["stages"] = self.stages
         if self.load_ahead:  # absent when off: shapes recorded before this field read the same
             out["load_ahead"] = True
+        if self.loop_stages is not None:  # absent when off: shapes recorded before this field read the same
+            out["loop_stages"] = self.loop_stages
         return out
 
 

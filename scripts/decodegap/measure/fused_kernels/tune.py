@@ -30,7 +30,7 @@ from decodegap.measure.fused_kernels.launch import (
 from decodegap.measure.fused_kernels.ops import dequantize
 
 L2_FLUSH_BYTES = 512 * 2**20  # bytes of weight copies cycled per timing: several times the H200's 60 MB L2
-GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
+GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile, stages, load_ahead, loop_stages])
     "dense": [(2, 512, 4), (4, 512, 4), (8, 256, 4), (1, 1024, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 8),
               (2, 512, 4, True), (1, 1024, 4, True), (4, 512, 4, True)],
     "fp8": [(2, 1024, 4), (4, 1024, 4), (8, 512, 4), (2, 2048, 4), (4, 2048, 8), (8, 1024, 8), (2, 1024, 4, True),
@@ -49,6 +49,20 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile])
                   (16, 1024, 8), (4, 1024, 4, False, None, True), (4, 2048, 4, True), (8, 512, 4, True), (8, 1024, 4, True),
                   (2, 2048, 4, True)],
 }
+# the loop over K pipelined (loop_stages: cp.async copies into shared memory, 1-3 steps ahead): every
+# read's candidates gain smaller steps at 2-4 stages, where the in-flight bytes need no registers
+# (fused_kernels.ahead: the pipelined loops take 0.3-1.5 more SASS instructions a weight, LDGSTS and
+# LDS, and fp8's halves 27-30 fewer registers at 3 stages)
+_PIPELINED = {
+    "dense": [(2, 512, 4), (1, 1024, 4), (4, 256, 4)],
+    "fp8": [(4, 512, 4), (4, 1024, 4)],
+    "int4": [(4, 512, 4), (4, 1024, 4)],
+    "int4_pairs": [(2, 512, 4), (4, 512, 4), (8, 512, 4), (4, 256, 4), (8, 1024, 8)],
+    "fp8_pairs": [(4, 512, 4), (4, 1024, 4), (8, 512, 4), (2, 1024, 4)],
+}
+for _read, _shapes in _PIPELINED.items():
+    GEMV_CANDIDATES[_read] = GEMV_CANDIDATES[_read] + [
+        (*shape, False, None, False, loop_stages) for shape in _shapes for loop_stages in (2, 3, 4)]
 PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
 # shared memory lets them all be resident at once (fused_kernels.ahead: 21-39 KB at 2 stages)
@@ -291,7 +305,8 @@ def _key(config) -> str:
     """A launch shape as a short JSON key: rows x block_k / warps, or attention's fields."""
     if isinstance(config, GemvConfig):
         return (f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
-                + (f" st{config.stages}" if config.stages else "") + (" ahead" if config.load_ahead else ""))
+                + (f" st{config.stages}" if config.stages else "") + (" ahead" if config.load_ahead else "")
+                + (f" ls{config.loop_stages}" if config.loop_stages else ""))
     c = config
     return (f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
             + (f" cols{c.combine_cols}" if c.combine_cols else ""))
