@@ -54,8 +54,10 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        float32 loop's by f16's rounding of x and of two- to four-product sums
   load_ahead           per read (READS) the roles whose GEMV loop loads each step's weight tile (for
                        int4 its scales and zeros too) one step ahead, into registers, so its loads are
-                       in flight while the step before is multiplied. Triton does not pipeline these
-                       loads itself (their stages change nothing, floor_limit_stages_h200.txt); ptxas
+                       in flight while the step before is multiplied. Triton's launch option does not
+                       pipeline these loads (their stages change nothing, floor_limit_stages_h200.txt;
+                       the shape's loop_stages does, through shared memory, and ran every int4 role
+                       1.21-1.43x slower, floor_limit_loop_stages_h200.txt); ptxas
                        hoists them only where it unrolls the loop over K (a few trips), so it is a
                        lever per role: a loop it keeps waits out each step's load latency with no
                        other load of the warp's outstanding

@@ -52,7 +52,9 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile, stages, load_ahead, loop_
 # the loop over K pipelined (loop_stages: cp.async copies into shared memory, 1-3 steps ahead): every
 # read's candidates gain smaller steps at 2-4 stages, where the in-flight bytes need no registers
 # (fused_kernels.ahead: the pipelined loops take 0.3-1.5 more SASS instructions a weight, LDGSTS and
-# LDS, and fp8's halves 27-30 fewer registers at 3 stages)
+# LDS, and fp8's halves 27-30 fewer registers at 3 stages). On the H200 (floor_limit_loop_stages_h200.txt)
+# they ran every int4 role 1.21-1.43x slower than its best plain shape and bf16's and fp8's 0.975-1.055x:
+# the table has none; they stay candidates for other GPUs
 _PIPELINED = {
     "dense": [(2, 512, 4), (1, 1024, 4), (4, 256, 4)],
     "fp8": [(4, 512, 4), (4, 1024, 4)],
