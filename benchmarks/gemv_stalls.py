@@ -3,7 +3,7 @@ table's shape, norm and input: tune.as_the_step_reads), read out by Nsight Compu
 beside the read-only kernel over the same bytes (benchmarks/floor_limit.py's ceiling kernel).
 
     python benchmarks/gemv_stalls.py [--models qwen2.5-7b] [--quant bf16 fp8 int4-triton] [--roles gate_up down]
-        [--x-pairs fp8] [--ncu ncu] [--json out.json]
+        [--x-pairs fp8] [--shapes '{"gemv": {"int4_pairs": {"gate_up": {...}}}}'] [--ncu ncu] [--json out.json]
     python benchmarks/gemv_stalls.py --launch ...      # the launches alone (what ncu profiles; no counters)
     python benchmarks/gemv_stalls.py --report out.json # an earlier run's table again (no GPU)
 
@@ -55,9 +55,10 @@ READ_SHAPE = (4096, 4, 8)  # the read-only kernel's (int32 words a block, blocks
 KERNELS = "^(_linear_kernel|_gate_up_kernel|_qkv_rope_kernel|stream_read)"  # the GEMVs' kernels and the read-only one
 
 
-def launches(models, quants, roles, x_pairs=()):
+def launches(models, quants, roles, x_pairs=(), shapes=None):
     """Each (label, launch) the profile takes, in order: per card, format and role the step's GEMV as
-    the step launches it, then the read-only kernel over the same bytes."""
+    the step launches it, then the read-only kernel over the same bytes. `shapes`: a change to the GPU's
+    table entry (launch.resolve's dict form, as floor_limit's levers give it) to profile instead."""
     import torch
 
     # the ceiling part's read-only kernel, from floor_limit.py beside this file (loaded by its path: the
@@ -69,10 +70,10 @@ def launches(models, quants, roles, x_pairs=()):
 
     from decodegap.core.config import load_models
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import RoleBench, as_the_step_reads
+    from decodegap.measure.fused_kernels.tune import RoleBench, _key, as_the_step_reads
 
     device = torch.device("cuda")
-    cards, table = load_models(), fk.resolve({"x_pairs": {fmt: True for fmt in x_pairs}} if x_pairs else None, device)
+    cards, table = load_models(), profiled_table(device, x_pairs, shapes)
     for key in models:
         arch = cards[key].architecture
         for quant in quants:
@@ -82,7 +83,7 @@ def launches(models, quants, roles, x_pairs=()):
                     continue
                 bench = RoleBench(role, fmt, arch, device, torch.bfloat16, copies=1, qkv_bias=cards[key].model_type == "qwen2")
                 read, shape, given = as_the_step_reads(table, fmt, role, arch["hidden_size"])
-                yield f"{key} {quant} {role} ({read} {shape.rows}x{shape.block_k}/{shape.warps}w)", \
+                yield f"{key} {quant} {role} ({read} {_key(shape)})", \
                     lambda b=bench, s=shape, g=given: b.launch(s, 0, **g)
                 buf = torch.empty(bench.bytes // 4, dtype=torch.int32, device=device).random_()
                 block, iters, _ = READ_SHAPE
@@ -92,12 +93,23 @@ def launches(models, quants, roles, x_pairs=()):
                 del bench, buf
 
 
-def run_launches(models, quants, roles, x_pairs=()) -> None:
+def profiled_table(device, x_pairs=(), shapes=None):
+    """The launch shapes profiled: the device's table entry, changed by `shapes` (launch.resolve's dict
+    form) and with the lever x_pairs on for the formats `x_pairs`; a bad change is resolve's error."""
+    from decodegap.measure import fused_kernels as fk
+
+    change = dict(shapes or {})
+    if x_pairs:
+        change["x_pairs"] = {**change.get("x_pairs", {}), **{fmt: True for fmt in x_pairs}}
+    return fk.resolve(change or None, device)
+
+
+def run_launches(models, quants, roles, x_pairs=(), shapes=None) -> None:
     """--launch: each kernel launched once (ncu flushes the caches before each profiled pass, so each
     reads its weight from HBM), its label printed before it, in the order ncu profiles them."""
     import torch
 
-    for label, launch in launches(models, quants, roles, x_pairs):
+    for label, launch in launches(models, quants, roles, x_pairs, shapes):
         print(f"PROFILE {label}", flush=True)
         launch()
         torch.cuda.synchronize()
@@ -180,12 +192,15 @@ def main(argv=None) -> int:
     ap.add_argument("--ncu", default="ncu", help="Nsight Compute's command line")
     ap.add_argument("--x-pairs", nargs="+", default=[], choices=("int4", "fp8"),
                     help="these formats' GEMVs reading f16 pairs (the lever x_pairs) whatever the table says")
+    ap.add_argument("--shapes", type=json.loads, default=None, metavar="JSON",
+                    help="a change to the GPU's launch shapes to profile instead of the table's (launch.resolve's dict form, "
+                         "e.g. '{\"gemv\": {\"int4_pairs\": {\"down\": {\"rows\": 8, \"block_k\": 1024, \"warps\": 8, \"loop_stages\": 3}}}}')")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--launch", action="store_true", help="(what ncu runs) the launches alone")
     ap.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file (no GPU)")
     a = ap.parse_args(argv)
     if a.launch:
-        run_launches(a.models, a.quant, a.roles, a.x_pairs)
+        run_launches(a.models, a.quant, a.roles, a.x_pairs, a.shapes)
         return 0
     if a.report:
         with open(a.report) as fh:
@@ -197,7 +212,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--csv", "--page", "raw", "--kernel-name", f"regex:{KERNELS}",
            "--metrics", ",".join(METRICS.values()), sys.executable, os.path.abspath(__file__), "--launch",
-           "--models", *a.models, "--quant", *a.quant, "--roles", *a.roles] + (["--x-pairs", *a.x_pairs] if a.x_pairs else [])
+           "--models", *a.models, "--quant", *a.quant, "--roles", *a.roles] + (["--x-pairs", *a.x_pairs] if a.x_pairs else []) \
+        + (["--shapes", json.dumps(a.shapes)] if a.shapes else [])
     print(f"[{time.perf_counter() - t0:6.1f} s] {' '.join(cmd[:8])} ... (ncu: each launch of the kernels {KERNELS})", flush=True)
     done = subprocess.run(cmd, capture_output=True, text=True)
     labels = [ln.removeprefix("PROFILE ").strip() for ln in done.stdout.splitlines() if ln.startswith("PROFILE ")]

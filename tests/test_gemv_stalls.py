@@ -66,3 +66,17 @@ def test_rows_take_their_launches_labels_and_the_table_sets_each_format_against_
 def test_without_nsight_compute_it_says_so():
     with pytest.raises(SystemExit, match="Nsight Compute not found \\('no-such-ncu'\\)"):
         _module().main(["--ncu", "no-such-ncu"])
+
+
+def test_a_shape_change_is_profiled_over_the_table_with_the_x_pairs_lever():
+    """--shapes profiles launch shapes other than the table's (e.g. a pipelined loop_stages shape): the
+    change lands on the named read and role only, --x-pairs still turns the lever on beside it, and a
+    misspelt key is resolve's error naming it, before ncu runs anything."""
+    m = _module()
+    piped = {"rows": 4, "block_k": 512, "warps": 4, "loop_stages": 3}
+    table = m.profiled_table("cpu", ("fp8",), {"gemv": {"int4_pairs": {"gate_up": piped}}})
+    assert table.gemv_for("int4_pairs", "gate_up").loop_stages == 3 and table.x_pairs == {"fp8": True}
+    assert table.gemv_for("int4_pairs", "down").loop_stages is None
+    assert m.profiled_table("cpu").gemv_for("int4_pairs", "gate_up").loop_stages is None
+    with pytest.raises(ValueError, match="unknown key.*loop_stage"):
+        m.profiled_table("cpu", (), {"gemv": {"int4_pairs": {"gate_up": {**piped, "loop_stage": 3}}}})
