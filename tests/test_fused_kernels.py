@@ -685,17 +685,19 @@ def test_add_norm_and_gate_up_write_the_f16_pairs_of_their_bf16_values(gen):
     assert torch.equal(hp, x_pairs(h16).view(-1))
 
 
+@pytest.mark.parametrize("f16_words", [1, 2, 4])  # each word's halves to float32, or 2 or 4 words' summed in f16 first
 @pytest.mark.parametrize("n,k", [(37, 384), (24, 640)])  # a half-empty last program; 5 groups, 2 a loop step
-def test_the_int4_pairs_loop_gives_the_float32_loops_products(n, k, gen):
+def test_the_int4_pairs_loop_gives_the_float32_loops_products(n, k, f16_words, gen):
     """linear, qkv_rope and gate_up reading x as f16 pairs (their arithmetic under the interpreter in
     float32, the PTX's bit operations checked in tests/test_int4_packed_gemv.py) against float64 on the
-    dequantized weights: f16's rounding of x only."""
+    dequantized weights: f16's rounding of x, and of the words' sums in f16 (f16_words)."""
     from decodegap.measure.fused_kernels.int4_pairs import x_pairs
 
     x = torch.randn(k, generator=gen).to(torch.bfloat16)
     xp = x_pairs(x).view(-1)
     w, w64 = _weight("int4", n, k, gen, torch.bfloat16)
-    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=k == 640)  # the pairs as a tile of the words' shape in one case
+    # the pairs as a tile of the words' shape in one case
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=k == 640, f16_words=f16_words)
     out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
     fk.linear(xp, w, out, shape=shape)
     assert _rel(out, w64 @ x.double()) < 1e-2

@@ -92,6 +92,9 @@ def _check(proc, rows):
     ahead_on = by[("qwen2.5-7b int4 gate_up x pairs load ahead on", "_gate_up_kernel")]
     assert ahead_on["loads"]["LDG.E.EF.128"] == by[("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel")]["loads"]["LDG.E.EF.128"] + 1
     assert "qwen2.5-7b dense down load ahead on" in issue and "qwen2.5-7b fp8 down load ahead on" in issue
+    # f16_words 4: four words' halves summed in f16 before float32, fewer instructions a weight in every pair read
+    for role in ("qkv", "gate_up", "down"):
+        assert issue[f"qwen2.5-7b int4 {role} x pairs f16 words 4"]["per_weight"] < issue[f"qwen2.5-7b int4 {role} x pairs"]["per_weight"]
     # loop_stages pipelines the loop over K (Triton's pipeliner, which the launch option `stages` never
     # applied to these dot-free loops): the weight tiles come in by cp.async (LDGSTS), the plain loop's by LDG
     for case, kernel in (("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel"), ("qwen2.5-7b dense down", "_linear_kernel"),

@@ -227,15 +227,16 @@ def _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: t
 @triton.jit
 def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl.constexpr, BK: tl.constexpr,
               R: tl.constexpr, FMT: tl.constexpr, NORM: tl.constexpr, XT: tl.constexpr, XP: tl.constexpr,
-              LA: tl.constexpr, LS: tl.constexpr):
+              LA: tl.constexpr, LS: tl.constexpr, WS: tl.constexpr):
     """W[rows] . x (float32, R rows) for a W stored as FMT, x normalised first when NORM, loaded as
     a tile when XT; int4 words against x given as f16 pairs when XP is 1 or 2 (int4_pairs), fp8 weights
     against x given as f16 halves when XP is 3 or 4 (fp8_pairs; NORM off with either, XT their pairs as a tile);
     each loop step's weights loaded one step ahead when LA (the lever load_ahead); the loop over K
     software-pipelined LS deep when LS is set (the shape's loop_stages: Triton copies each step's tiles
-    into shared memory with cp.async, LS - 1 steps ahead; None: not pipelined)."""
+    into shared memory with cp.async, LS - 1 steps ahead; None: not pipelined); int4 pairs' WS words
+    a thread summed in f16 before float32 (the shape's f16_words)."""
     if XP == 1 or XP == 2:
-        y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS)
+        y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS, WS)
     elif XP == 3 or XP == 4:
         y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS)
     elif FMT == FMT_INT4:
@@ -263,7 +264,7 @@ def _halves(y, B: tl.constexpr):
 def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr,
                      vc_ptr, eps, magic, pf_programs, K: tl.constexpr, KP: tl.constexpr, HQ: tl.constexpr, HKV: tl.constexpr,
                      D: tl.constexpr, L: tl.constexpr, BP: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                     XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
+                     XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, WS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, FROM_Y: tl.constexpr,
                      PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (head of the joined q/k/v rows, block of BP pairs): y = W norm(x) (+ b) for the block's
     rows i and i + D/2 (or y read from y_ptr, FROM_Y), rounded to the activations' dtype; q and k
@@ -285,7 +286,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
         y2 = tl.load(y_ptr + rows + HALF).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT, XP, LA, LS), BP)
+        y1, y2 = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, pair < 2 * BP, K, BK, 2 * BP, FMT, NORM, XT, XP, LA, LS, WS), BP)
         if HAS_BIAS:
             y1 += tl.load(b_ptr + rows).to(tl.float32)
             y2 += tl.load(b_ptr + rows + HALF).to(tl.float32)
@@ -317,7 +318,7 @@ def _qkv_rope_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, co
 @triton.jit
 def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, out_ptr, sum_ptr, eps, magic, pf_programs,
                    N: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                   XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
+                   XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, WS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
                    SUM_OUT: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr):
     """Program (block of BN rows): out = W (norm(x) unless NORM_OFF, else x) (+ b) (+ res when
     RESIDUAL: the product rounded to out's dtype first, as transformers' bf16 add rounds). `out` may
@@ -329,7 +330,7 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
         prefetch_rows(w_ptr, rows, rmask, tl.program_id(0), pf_programs, ROWW, PF, PF_LINE)
     pdl_start(PDL)
     rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT, XP, LA, LS)
+    y = gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, BN, FMT, NORM, XT, XP, LA, LS, WS)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=rmask, other=0.0).to(tl.float32)
     dt = out_ptr.dtype.element_ty
@@ -345,7 +346,7 @@ def _linear_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, b_ptr, res_ptr, ou
 def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, eps, magic, pf_programs, ACT: tl.constexpr,
                     I: tl.constexpr,
                     K: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                    XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr,
+                    XT: tl.constexpr, XP: tl.constexpr, LA: tl.constexpr, LS: tl.constexpr, WS: tl.constexpr, NORM: tl.constexpr, FROM_Y: tl.constexpr, PDL: tl.constexpr,
                     PF: tl.constexpr, PF_LINE: tl.constexpr, ROWW: tl.constexpr, OUT_PAIRS: tl.constexpr):
     """Program (block of BN gate rows): gate and up = W norm(x) (x when NORM_OFF) for rows n and n + I (or read from
     y_ptr, FROM_Y), each rounded to the activations' dtype ACT; out = SiLU(gate) * up, SiLU's output
@@ -365,7 +366,7 @@ def _gate_up_kernel(x_ptr, g_ptr, ss_ptr, w_ptr, s_ptr, z_ptr, y_ptr, out_ptr, e
         up = tl.load(y_ptr + rows + I, mask=rmask, other=0.0).to(tl.float32)
     else:
         rstd = rstd_for(x_ptr, ss_ptr, K, KP, eps, NORM)
-        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT, XP, LA, LS), BN)
+        gate, up = _halves(gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, both, own < I, K, BK, 2 * BN, FMT, NORM, XT, XP, LA, LS, WS), BN)
     gate = gate.to(ACT).to(tl.float32)
     up = up.to(ACT).to(tl.float32)
     act = (gate * tl.sigmoid(gate)).to(ACT).to(tl.float32)
@@ -475,7 +476,7 @@ def linear(x, weight, out, *, shape: GemvConfig, bias=None, norm_weight=None, ep
     _linear_kernel[(grid,)](
         x, g, ss, w, s, z, bias if bias is not None else x, residual if residual is not None else x, out,
         sum_out if sum_out is not None else x, eps, INT4_MAGIC, prefetch_programs(grid, prefetching), N=n, K=k, KP=p2(k), BN=bn, BK=bk,
-        FMT=op.code, XT=shape.x_tile, XP=xp, LA=shape.load_ahead, LS=shape.loop_stages, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
+        FMT=op.code, XT=shape.x_tile, XP=xp, LA=shape.load_ahead, LS=shape.loop_stages, WS=shape.f16_words, NORM=norm, HAS_BIAS=bias is not None, RESIDUAL=residual is not None,
         SUM_OUT=sum_out is not None, PDL=pdl, **_prefetch(op, prefetch_steps, bk, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
 
@@ -523,7 +524,7 @@ def qkv_rope(x, weight, *, heads: HeadLayout, position, cos, sin, q_out, k_cache
     _qkv_rope_kernel[grid](
         x, g, ss, w, s, z, bias if bias is not None else x, y if y is not None else x, cos, sin, position, q_out,
         k_cache, v_cache, eps, INT4_MAGIC, prefetch_programs(grid[0], prefetching), K=k, KP=p2(k), HQ=heads.n_heads, HKV=heads.n_kv, D=d, L=k_cache.shape[1], BP=bp,
-        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile, LA=shape.load_ahead, LS=shape.loop_stages,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile, LA=shape.load_ahead, LS=shape.loop_stages, WS=shape.f16_words,
         XP=xp, NORM=norm, HAS_BIAS=bias is not None, FROM_Y=y is not None, PDL=pdl,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
         **launch_options(shape.warps, pdl, shape.stages))
@@ -568,7 +569,7 @@ def gate_up(x, weight, out, *, norm_weight, eps: float, shape: GemvConfig, y=Non
     _gate_up_kernel[(grid,)](
         x, g, ss, w, s, z, y if y is not None else x, out.view(torch.float16) if out_pairs else out, eps, INT4_MAGIC,
         prefetch_programs(grid, prefetching), ACT=_TL_DTYPES[act], I=inter, K=k, KP=p2(k), BN=bn,
-        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile, LA=shape.load_ahead, LS=shape.loop_stages,
+        BK=op.block_k(where, shape) if op is not None else 16, FMT=op.code if op is not None else DENSE, XT=shape.x_tile, LA=shape.load_ahead, LS=shape.loop_stages, WS=shape.f16_words,
         XP=xp, NORM=norm, FROM_Y=y is not None, PDL=pdl, OUT_PAIRS=out_pairs,
         **_prefetch(op, prefetch_steps, op.block_k(where, shape) if op is not None else 0, pdl),
         **launch_options(shape.warps, pdl, shape.stages))

@@ -16,7 +16,9 @@ epilogue), so no launch converts it.
 
 Range: f16 holds a bf16 value exactly from 2^-14 to 65504 (below, as a subnormal, to 2^-24 absolute);
 a pair's half sums four products of at most 15 |x|, so |x| must stay under 65504 / 60 = 1091 or the sum
-overflows to inf (which the session's logit check then fails). The normalised inputs of the random-weight
+overflows to inf (which the session's logit check then fails). With the shape's f16_words (w words of a
+thread, one row and group, their halves summed in f16 before float32: `word_partial`, `hadd2`) a half
+sums 4 w products, so |x| must stay under 1091 / w (545 for 2, 272 for 4). The normalised inputs of the random-weight
 cards do; a trained checkpoint's outlier activations would need a power-of-two scale per vector.
 """
 
@@ -43,13 +45,14 @@ def xp_mode(x: torch.Tensor) -> int:
 
 
 @triton.jit
-def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
-    """Sum over a word's eight nibbles of (q - z) x, float32, per element: w the int32 words, x0..x3 the
-    input's f16x2 pairs (as int32 bits), z0 and z1 the pairs (1024 + z, 1024 + z) and (1024 + 16 z,
-    1024 + 16 z). XP_EMULATED (Triton's interpreter, which runs no PTX): the same nibbles, pairs and
-    constants in float32."""
+def word_partial(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
+    """A word's eight (q - z) x summed in its two f16 halves (int32 bits: the halves of pairs 0-3 of
+    nibbles 0-3 and of 4-7): one and-or a pair under the exponent of 0x6400, one subtract of the zero's
+    pair, one multiply-add with the input's pair. XP_EMULATED (Triton's interpreter, which runs no PTX):
+    the same nibbles, pairs and constants in float32, each half rounded to f16 once."""
     if XP == 2:
-        out = tl.zeros(w.shape, tl.float32)
+        lo = tl.zeros(w.shape, tl.float32)
+        hi = tl.zeros(w.shape, tl.float32)
         for p in tl.static_range(4):
             xp = x0 if p == 0 else x1 if p == 1 else x2 if p == 2 else x3
             zp = z0 if p % 2 == 0 else z1
@@ -57,17 +60,18 @@ def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
             mask = 0x000F000F if p % 2 == 0 else 0x00F000F0
             t = (src & mask) | 0x64006400
             for half in tl.static_range(2):
-                tv = ((t >> (16 * half)) & 0xFFFF) - 0x6400  # 1024 + v, less 1024: v (q or 16 q), exactly
+                tv = ((t >> (16 * half)) & 0xFFFF) - 0x6400
                 zv = ((zp >> (16 * half)) & 0xFFFF) - 0x6400
                 xv = ((xp >> (16 * half)) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-                out += (tv - zv).to(tl.float32) * xv
-        return out
+                if half == 0:
+                    lo += (tv - zv).to(tl.float32) * xv
+                else:
+                    hi += (tv - zv).to(tl.float32) * xv
+        return _pack_halves(lo, hi)
     else:
         return tl.inline_asm_elementwise(
             asm="""{
-            .reg .b32 t0, t1, t2, t3, w8, d0, d1, d2, d3, a;
-            .reg .b16 lo, hi;
-            .reg .f32 flo, fhi;
+            .reg .b32 t0, t1, t2, t3, w8, d0, d1, d2, d3;
             lop3.b32 t0, $1, 0x000F000F, 0x64006400, 0xEA;
             lop3.b32 t1, $1, 0x00F000F0, 0x64006400, 0xEA;
             shr.u32 w8, $1, 8;
@@ -77,21 +81,67 @@ def word_dot(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
             sub.f16x2 d1, t1, $7;
             sub.f16x2 d2, t2, $6;
             sub.f16x2 d3, t3, $7;
-            mul.f16x2 a, d0, $2;
-            fma.rn.f16x2 a, d1, $3, a;
-            fma.rn.f16x2 a, d2, $4, a;
-            fma.rn.f16x2 a, d3, $5, a;
-            mov.b32 {lo, hi}, a;
+            mul.f16x2 $0, d0, $2;
+            fma.rn.f16x2 $0, d1, $3, $0;
+            fma.rn.f16x2 $0, d2, $4, $0;
+            fma.rn.f16x2 $0, d3, $5, $0;
+            }""",
+            constraints="=&r,r,r,r,r,r,r,r", args=[w, x0, x1, x2, x3, z0, z1], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _pack_halves(lo, hi):
+    """Two float32s rounded to f16 and packed as an f16x2's int32 bits (lo in the low half)."""
+    lo16 = lo.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    hi16 = hi.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return lo16 | (hi16 << 16)
+
+
+@triton.jit
+def _unpack_sum(h):
+    """An f16x2's two halves summed in float32 (the emulation's form of halves_sum)."""
+    lo = (h & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi = ((h >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo + hi
+
+
+@triton.jit
+def hadd2(a, b):
+    """f16x2 + f16x2 on int32 bits (add.f16x2), a reduction's combine."""
+    return tl.inline_asm_elementwise(asm="add.f16x2 $0, $1, $2;", constraints="=r,r,r", args=[a, b], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def hadd2_emulated(a, b):
+    lo = (a & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) + \
+        (b & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi = ((a >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) + \
+        ((b >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return _pack_halves(lo, hi)
+
+
+@triton.jit
+def halves_sum(h, XP: tl.constexpr):
+    """The two f16 halves of h (int32 bits) summed in float32."""
+    if XP == 2:
+        return _unpack_sum(h)
+    else:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b16 lo, hi;
+            .reg .f32 flo, fhi;
+            mov.b32 {lo, hi}, $1;
             cvt.f32.f16 flo, lo;
             cvt.f32.f16 fhi, hi;
             add.f32 $0, flo, fhi;
-            }""",
-            constraints="=f,r,r,r,r,r,r,r", args=[w, x0, x1, x2, x3, z0, z1], dtype=tl.float32, is_pure=True, pack=1)
+            }""", constraints="=f,r", args=[h], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
 def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-               XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr = False, LS: tl.constexpr = None):
+               XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr = False, LS: tl.constexpr = None,
+               WS: tl.constexpr = 1):
     """W[rows] . x over K for int4 words (gemv.py's format) and x as pairs (module docstring): BK / 128
     groups a loop step, each word's dot in packed halves, scaled per group in float32. LA (the lever
     load_ahead): each step's words, scales and zeros loaded one step ahead, in flight during the math.
@@ -103,7 +153,7 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
     NG: tl.constexpr = K // 128
     g0 = tl.arange(0, GB)
     i16 = tl.arange(0, 16)
-    acc = tl.zeros((R, GB, 16), tl.float32)
+    acc = tl.zeros((R, GB, 16 // WS), tl.float32)
     if LA:
         words, scale, zi = int4_groups(w_ptr, s_ptr, z_ptr, rows, rmask, g0, K)
     for k0 in tl.range(0, K, BK, num_stages=LS):
@@ -130,7 +180,11 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
             x1 = tl.broadcast_to(tl.load(xb + 16, mask=xm, other=0)[None, :, :], (R, GB, 16))
             x2 = tl.broadcast_to(tl.load(xb + 32, mask=xm, other=0)[None, :, :], (R, GB, 16))
             x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
-        acc += word_dot(words, x0, x1, x2, x3, z0, z1, XP) * scale[:, :, None]
+        part = word_partial(words, x0, x1, x2, x3, z0, z1, XP)
+        if WS > 1:  # WS words of the thread's row and group: their halves summed in f16 before float32
+            part = tl.reshape(part, (R, GB, 16 // WS, WS))
+            part = tl.reduce(part, 3, hadd2_emulated) if XP == 2 else tl.reduce(part, 3, hadd2)
+        acc += halves_sum(part, XP) * scale[:, :, None]
         if LA:
             words, scale, zi = words_next, scale_next, zi_next
     return tl.sum(tl.sum(acc, axis=2), axis=1)

@@ -145,7 +145,10 @@ class GemvConfig:
     LaunchShapes.gemv_for sets it), `loop_stages`: the loop over K written as
     tl.range(num_stages=loop_stages), which Triton's pipeliner does apply to a loop without a dot: each
     step's loads become cp.async copies into shared memory issued loop_stages - 1 steps ahead, so that
-    many steps' bytes are in flight a program without holding registers (None: the plain loop)."""
+    many steps' bytes are in flight a program without holding registers (None: the plain loop),
+    `f16_words`: for int4's pair reads (int4_pairs.py), how many of a thread's words of one row and
+    group have their halves summed in f16 before the one conversion to float32 (1: each word's own;
+    2 or 4: fewer instructions a weight, and f16's range for x shrinks by as much)."""
 
     rows: int
     block_k: int
@@ -154,6 +157,7 @@ class GemvConfig:
     stages: int | None = None
     load_ahead: bool = False
     loop_stages: int | None = None
+    f16_words: int = 1
 
     def __post_init__(self):
         if self.stages is not None and (isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages < 1):
@@ -162,6 +166,9 @@ class GemvConfig:
                                              or self.loop_stages < 2):
             raise ValueError(f"GEMV launch shape: loop_stages must be a whole number >= 2 (steps pipelined) or None "
                              f"(the plain loop), not {self.loop_stages!r}")
+        if isinstance(self.f16_words, bool) or self.f16_words not in (1, 2, 4, 8, 16):
+            raise ValueError(f"GEMV launch shape: f16_words must be 1, 2, 4, 8 or 16 (words of a group of 16 "
+                             f"summed in f16), not {self.f16_words!r}")
 
     def as_dict(self) -> dict:
         out = {"rows": self.rows, "block_k": self.block_k, "warps": self.warps, "x_tile": self.x_tile}
@@ -171,6 +178,8 @@ class GemvConfig:
             out["load_ahead"] = True
         if self.loop_stages is not None:  # absent when off: shapes recorded before this field read the same
             out["loop_stages"] = self.loop_stages
+        if self.f16_words != 1:  # absent when 1: shapes recorded before this field read the same
+            out["f16_words"] = self.f16_words
         return out
 
 

@@ -53,18 +53,22 @@ GEMV_CANDIDATES = {  # (rows, block_k, warps[, x_tile, stages, load_ahead, loop_
 # read's candidates gain smaller steps at 2-4 stages, where the in-flight bytes need no registers
 # (fused_kernels.ahead: the pipelined loops take 0.3-1.5 more SASS instructions a weight, LDGSTS and
 # LDS, and fp8's halves 27-30 fewer registers at 3 stages). On the H200 (floor_limit_loop_stages_h200.txt)
-# they ran every int4 role 1.21-1.43x slower than its best plain shape and bf16's and fp8's 0.975-1.055x:
-# the table has none; they stay candidates for other GPUs
+# they ran every int4 role 1.21-1.43x slower than its best plain shape (so the int4 reads no longer try
+# them) and bf16's and fp8's 0.975-1.055x: the table has none; they stay candidates for other GPUs
 _PIPELINED = {
     "dense": [(2, 512, 4), (1, 1024, 4), (4, 256, 4)],
     "fp8": [(4, 512, 4), (4, 1024, 4)],
-    "int4": [(4, 512, 4), (4, 1024, 4)],
-    "int4_pairs": [(2, 512, 4), (4, 512, 4), (8, 512, 4), (4, 256, 4), (8, 1024, 8)],
     "fp8_pairs": [(4, 512, 4), (4, 1024, 4), (8, 512, 4), (2, 1024, 4)],
 }
 for _read, _shapes in _PIPELINED.items():
     GEMV_CANDIDATES[_read] = GEMV_CANDIDATES[_read] + [
         (*shape, False, None, False, loop_stages) for shape in _shapes for loop_stages in (2, 3, 4)]
+# int4's pair reads summing 2 or 4 of a thread's words in f16 before float32 (f16_words; fused_kernels.ahead:
+# Qwen-2.5-7B's gate_up 3.15 and 3.05 instructions a weight against 3.88, down 3.87 and 3.73 against 4.07)
+GEMV_CANDIDATES["int4_pairs"] = GEMV_CANDIDATES["int4_pairs"] + [
+    (*shape, False, None, ahead, None, words) for shape, ahead in (((2, 512, 4), False), ((4, 512, 4), False), ((8, 512, 4), False),
+                                                                    ((8, 1024, 8), False), ((8, 1024, 8), True), ((4, 1024, 4), True))
+    for words in (2, 4)]
 PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
 # shared memory lets them all be resident at once (fused_kernels.ahead: 21-39 KB at 2 stages)
@@ -308,7 +312,7 @@ def _key(config) -> str:
     if isinstance(config, GemvConfig):
         return (f"{config.rows}x{config.block_k}/{config.warps}w" + (" x-tile" if config.x_tile else "")
                 + (f" st{config.stages}" if config.stages else "") + (" ahead" if config.load_ahead else "")
-                + (f" ls{config.loop_stages}" if config.loop_stages else ""))
+                + (f" ls{config.loop_stages}" if config.loop_stages else "") + (f" f16x{config.f16_words}" if config.f16_words > 1 else ""))
     c = config
     return (f"bt{c.block_t} sm{c.programs_per_sm} w{c.warps} st{c.stages} {'skip' if c.skip_empty else 'mask'} {c.combine}"
             + (f" cols{c.combine_cols}" if c.combine_cols else ""))
