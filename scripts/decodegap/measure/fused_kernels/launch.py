@@ -392,7 +392,12 @@ _H200_X_PAIRS = {"int4": True, "fp8": True}
 # instructions a weight on fp8's loop with it). The H200 table lists no read for it: that down's shape has it.
 _H200_LOAD_AHEAD: dict = {}
 _H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024, 8)}
-_H200_INT4_PAIRS_4096 = {"down": GemvConfig(4, 1024, 4, load_ahead=True)}
+# The int4 pair reads' f16_words (floor_limit.py --parts levers tune --quant int4-triton, 2026-12-03, code 7a7f626,
+# GPU-a437602c; results/benchmarks/floor_limit_f16_words_h200.txt): at the table's shapes 2 or 4 words summed in
+# f16 ran the 4096-wide cards' int4 steps 1.002-1.021x and Qwen-2.5-7B's 0.936-0.984x; the tuner's 4096-wide
+# choice below (gate_up 4 words at 8 rows with load_ahead, down 2 words) ran them 1.019-1.030x the table's.
+_H200_INT4_PAIRS_4096 = {"gate_up": GemvConfig(8, 1024, 8, load_ahead=True, f16_words=4),
+                         "down": GemvConfig(8, 1024, 8, load_ahead=True, f16_words=2)}
 _H200_FP8_PAIRS = {"qkv": (4, 2048, 4), "gate_up": (4, 2048, 4), "down": (4, 2048, 4)}
 _H200_FP8_PAIRS_4096 = {"qkv": (4, 1024, 4)}  # its gate_up and down: as the 3584-wide cards'
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
