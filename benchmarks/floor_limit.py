@@ -833,14 +833,15 @@ def lever_variants(table, device) -> dict:
         now = table.load_ahead.get(read, [])
         flipped = sorted(set(now) ^ set(roles), key=fk.ROLES.index)
         out[f"{read} load ahead {'+'.join(roles)} {'off' if set(roles) <= set(now) else 'on'}"] = {"load_ahead": {read: flipped}}
-    for words in (2, 4):  # int4's pair reads summing 2 or 4 words' halves in f16 before float32 (f16_words), at the table's shapes
-        pairs = ("qkv", "gate_up", "down")
-        change = {"gemv": {"int4_pairs": {r: {**table.gemv_for("int4_pairs", r).as_dict(), "f16_words": words} for r in pairs}}}
-        widths = {w: {r: {**table.gemv_for("int4_pairs", r, int(w)).as_dict(), "f16_words": words} for r in pairs}
-                  for w, reads in table.gemv_by_hidden.items() if "int4_pairs" in reads}
+    for fmt, words in (("int4", 2), ("int4", 4), ("fp8", 2), ("fp8", 4)):
+        # the pair reads summing 2 or 4 words' halves in f16 before float32 (f16_words), at the table's shapes
+        read, pairs = f"{fmt}_pairs", ("qkv", "gate_up", "down")
+        change = {"gemv": {read: {r: {**table.gemv_for(read, r).as_dict(), "f16_words": words} for r in pairs}}}
+        widths = {w: {r: {**table.gemv_for(read, r, int(w)).as_dict(), "f16_words": words} for r in pairs}
+                  for w, reads in table.gemv_by_hidden.items() if read in reads}
         if widths:
-            change["gemv_by_hidden"] = {w: {"int4_pairs": shapes} for w, shapes in widths.items()}
-        out[f"int4 pairs f16 words {words}"] = change
+            change["gemv_by_hidden"] = {w: {read: shapes} for w, shapes in widths.items()}
+        out[f"{fmt} pairs f16 words {words}"] = change
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}

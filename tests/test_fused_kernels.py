@@ -751,21 +751,28 @@ def test_add_norm_and_gate_up_write_fp8s_f16_halves_of_their_bf16_values(gen):
         fk.add_norm(x, None, g, xnh, eps=1e-6, pairs_for="int8")
 
 
-@pytest.mark.parametrize("n,k,la,xt", [(37, 384, False, False), (24, 640, True, False), (37, 640, False, True)])  # a half-empty last program; a ragged last step
-def test_the_fp8_halves_loop_gives_the_float32_loops_products(n, k, la, xt, gen):
+@pytest.mark.parametrize("n,k,la,xt,words", [(37, 384, False, False, 1), (24, 640, True, False, 1), (37, 640, False, True, 1),
+                                              (37, 384, False, False, 2), (24, 640, True, True, 4)])  # a half-empty last program; a ragged last step
+def test_the_fp8_halves_loop_gives_the_float32_loops_products(n, k, la, xt, words, gen):
     """linear (with its residual), qkv_rope and gate_up reading x as fp8_pairs' f16 halves, with and
-    without load_ahead, the halves as a vector or a tile (x_tile) (their arithmetic under the interpreter
-    in float32; the PTX compiles in tests/test_fused_kernels_compile.py) against float64 on the
-    dequantized weights: f16's rounding of x / 16."""
+    without load_ahead, the halves as a vector or a tile (x_tile), each word's halves to float32 or 2 or 4
+    words' summed in f16 first (f16_words) (their arithmetic under the interpreter in float32, rounded to
+    f16 where the PTX rounds; the PTX compiles in tests/test_fused_kernels_compile.py) against float64 on
+    the dequantized weights: f16's rounding of x / 16, and of the words' sums."""
     from decodegap.measure.fused_kernels.fp8_pairs import x_halves
 
     x = torch.randn(k, generator=gen).to(torch.bfloat16)
     xh = x_halves(x).view(-1)
     w, w64 = _weight("fp8", n, k, gen, torch.bfloat16)
-    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=xt, load_ahead=la)
+    shape = fk.GemvConfig(rows=4, block_k=256, warps=4, x_tile=xt, load_ahead=la, f16_words=words)
     out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
     fk.linear(xh, w, out, shape=shape)
     assert _rel(out, w64 @ x.double()) < 1e-2
+    if words > 1:  # the words' sums really are rounded to f16 (the lever reaches the loop), and no further
+        y32, y32_one = torch.empty(n), torch.empty(n)
+        fk.linear(xh, w, y32, shape=shape)
+        fk.linear(xh, w, y32_one, shape=dataclasses.replace(shape, f16_words=1))
+        assert not torch.equal(y32, y32_one) and _rel(y32, y32_one.double()) < 2e-3
     res = torch.randn(n, generator=gen).to(torch.bfloat16)
     out = res.clone()
     fk.linear(xh, w, out, shape=shape, residual=out)

@@ -95,6 +95,9 @@ def _check(proc, rows):
     # f16_words 4: four words' halves summed in f16 before float32, fewer instructions a weight in every pair read
     for role in ("qkv", "gate_up", "down"):
         assert issue[f"qwen2.5-7b int4 {role} x pairs f16 words 4"]["per_weight"] < issue[f"qwen2.5-7b int4 {role} x pairs"]["per_weight"]
+        # fp8's halves likewise: 2 words' sums in f16 fewer than 1, 4 fewer than 2
+        fp8 = [issue[f"qwen2.5-7b fp8 {role} x pairs{tag}"]["per_weight"] for tag in ("", " f16 words 2", " f16 words 4")]
+        assert fp8[0] > fp8[1] > fp8[2], fp8
     # loop_stages pipelines the loop over K (Triton's pipeliner, which the launch option `stages` never
     # applied to these dot-free loops): the weight tiles come in by cp.async (LDGSTS), the plain loop's by LDG
     for case, kernel in (("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel"), ("qwen2.5-7b dense down", "_linear_kernel"),

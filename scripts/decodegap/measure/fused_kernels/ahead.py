@@ -217,9 +217,10 @@ def cases(quick: bool) -> dict:
                     # the lever load_ahead flipped: the table's read, and int4's pairs
                     variants[f"{tag}load ahead {'off' if sh.load_ahead else 'on'} "] = (
                         dataclasses.replace(sh, load_ahead=not sh.load_ahead), norm, x32)
-                if fmt == "int4" and "x pairs " in variants:  # 4 words' halves summed in f16 before float32 (f16_words)
+                if "x pairs " in variants:  # words' halves summed in f16 before float32 (f16_words): int4 4, fp8 2 and 4
                     sh, norm, x32 = variants["x pairs "]
-                    variants["x pairs f16 words 4 "] = (dataclasses.replace(sh, f16_words=4), norm, x32)
+                    for words in ((4,) if fmt == "int4" else (2, 4)):
+                        variants[f"x pairs f16 words {words} "] = (dataclasses.replace(sh, f16_words=words), norm, x32)
                 if role in ("gate_up", "down"):  # the loop pipelined through shared memory (loop_stages: cp.async)
                     for tag, (sh, norm, x32) in list(variants.items())[:1] + [v for v in variants.items() if v[0] == "x pairs "]:
                         variants[f"{tag}loop stages 3 "] = (dataclasses.replace(sh, loop_stages=3, load_ahead=False), norm, x32)

@@ -17,7 +17,9 @@ by 16 with the row's scale.
 
 Range: an e4m3 weight is at most 448 in magnitude (the path's per-row scale puts a row's largest
 weight there); a word's half sums two products, so |x| / 16 * 448 * 2 must stay under f16's 65504:
-|x| under 1170, or the sum overflows to inf (which the session's logit check then fails). Below
+|x| under 1170, or the sum overflows to inf (which the session's logit check then fails). With the
+shape's f16_words (w words of a thread and row with their halves summed in f16 before the one conversion
+to float32: `fp8_word_halves`, int4_pairs.hadd2) a half sums 2 w products: |x| under 1170 / w. Below
 16 * 2^-14 (about 1e-3), x / 16 is an f16 subnormal: its absolute error stays under 16 * 2^-25.
 """
 
@@ -26,6 +28,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from decodegap.measure.fused_kernels.int4_pairs import _pack_halves, hadd2, hadd2_emulated, half_f32, halves_sum
 
 X_SCALE = 16.0  # the halves hold x / X_SCALE (a power of 2: exact in f16 above its subnormals)
 XP_F16, XP_F16_EMULATED = 3, 4  # the kernels' XP for fp8 weights against f16 halves: inline PTX, or emulated (interpreter)
@@ -64,20 +68,59 @@ def fp8_word_dot(w, x, XP: tl.constexpr):
 
 
 @triton.jit
+def _e4m3_byte(w, b: tl.constexpr):
+    """Byte b of int32 w read as an e4m3 value, in float32 (exact)."""
+    return ((w >> (8 * b)) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _byte_pair_emulated(w, x, h: tl.constexpr):
+    """Half h of fp8_word_halves in float32: byte h times column h's half, rounded to f16 (HMUL2), plus
+    byte h + 2 times column h + 2's (HFMA2's one rounding: the caller's _pack_halves)."""
+    first = (_e4m3_byte(w, h) * half_f32(x, h)).to(tl.float16).to(tl.float32)
+    return _e4m3_byte(w, h + 2) * half_f32(x >> 32, h) + first
+
+
+@triton.jit
+def fp8_word_halves(w, x, XP: tl.constexpr):
+    """A word's four e4m3 weights times their columns' f16 halves (as fp8_word_dot), left in the two
+    f16 halves of an f16x2 (int32 bits: columns 4i and 4i+2 in the low half, 4i+1 and 4i+3 in the high),
+    for the caller to sum several words' in f16 (f16_words). XP_F16_EMULATED: the same products in
+    float32, each half rounded to f16 after its product and after its multiply-add (as HMUL2, HFMA2)."""
+    if XP == 4:
+        return _pack_halves(_byte_pair_emulated(w, x, 0), _byte_pair_emulated(w, x, 1))
+    else:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b16 w0, w1;
+            .reg .b32 x0, x1, p0, p1, a;
+            mov.b32 {w0, w1}, $1;
+            mov.b64 {x0, x1}, $2;
+            cvt.rn.f16x2.e4m3x2 p0, w0;
+            cvt.rn.f16x2.e4m3x2 p1, w1;
+            mul.f16x2 a, p0, x0;
+            fma.rn.f16x2 $0, p1, x1, a;
+            }""",
+            constraints="=r,r,l", args=[w, x], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.constexpr, R: tl.constexpr,
-                   XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr, LS: tl.constexpr = None):
+                   XP: tl.constexpr, LA: tl.constexpr, XT: tl.constexpr, LS: tl.constexpr = None,
+                   WS: tl.constexpr = 1):
     """W[rows] . x over K for fp8 weights (per-row scale s) and x as f16 halves of x / 16 (module
     docstring): BK / 4 words of each row a loop step, each word's four products in packed halves, the
     row sums in float32 times 16 and the row's scale. LA (the lever load_ahead): each step's words
     loaded one step ahead. XT (the shape's x_tile): the input loaded in the words' tile shape, each
     thread its own columns' halves (from L1), instead of once and broadcast (a shared-memory exchange
-    and its barriers a loop step). LS (the shape's loop_stages): the loop pipelined that deep."""
+    and its barriers a loop step). LS (the shape's loop_stages): the loop pipelined that deep. WS (the
+    shape's f16_words): WS adjacent words of a row summed in their f16 halves before float32."""
     KW: tl.constexpr = K // 4  # words a row
     BW: tl.constexpr = BK // 4  # words a loop step
     wp = w_ptr.to(tl.pointer_type(tl.int32))
     xq = xp_ptr.to(tl.pointer_type(tl.int64))  # four f16 halves: a weight word's columns
     c0 = tl.arange(0, BW)
-    acc = tl.zeros((R, BW), tl.float32)
+    acc = tl.zeros((R, BW // WS), tl.float32)
     if LA:
         w = tl.load(wp + rows[:, None] * KW + c0[None, :], mask=rmask[:, None] & (c0 < KW)[None, :], other=0,
                     eviction_policy="evict_first")
@@ -95,7 +138,12 @@ def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.co
             x = tl.load(xq + cols[None, :] + 0 * rows[:, None], mask=rmask[:, None] & cmask[None, :], other=0)
         else:
             x = tl.broadcast_to(tl.load(xq + cols, mask=cmask, other=0)[None, :], (R, BW))
-        acc += fp8_word_dot(w, x, XP)
+        if WS > 1:  # WS words of the thread's row: their halves summed in f16, then once into float32
+            part = tl.reshape(fp8_word_halves(w, x, XP), (R, BW // WS, WS))
+            part = tl.reduce(part, 2, hadd2_emulated) if XP == 4 else tl.reduce(part, 2, hadd2)
+            acc += halves_sum(part, XP - 2)  # halves_sum's XP: 2 emulated (ours 4), 1 PTX (ours 3)
+        else:
+            acc += fp8_word_dot(w, x, XP)
         if LA:
             w = w_next
     return tl.sum(acc, axis=1) * (16.0 * tl.load(s_ptr + rows, mask=rmask, other=0.0))

@@ -233,12 +233,12 @@ def gemv_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K: tl
     against x given as f16 halves when XP is 3 or 4 (fp8_pairs; NORM off with either, XT their pairs as a tile);
     each loop step's weights loaded one step ahead when LA (the lever load_ahead); the loop over K
     software-pipelined LS deep when LS is set (the shape's loop_stages: Triton copies each step's tiles
-    into shared memory with cp.async, LS - 1 steps ahead; None: not pipelined); int4 pairs' WS words
-    a thread summed in f16 before float32 (the shape's f16_words)."""
+    into shared memory with cp.async, LS - 1 steps ahead; None: not pipelined); the pair reads' (int4
+    and fp8) WS words a thread summed in f16 before float32 (the shape's f16_words)."""
     if XP == 1 or XP == 2:
         y = pairs_rows(x_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS, WS)
     elif XP == 3 or XP == 4:
-        y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS)
+        y = fp8_pairs_rows(x_ptr, w_ptr, s_ptr, rows, rmask, K, BK, R, XP, LA, XT, LS, WS)
     elif FMT == FMT_INT4:
         y = _int4_rows(x_ptr, g_ptr, rstd, w_ptr, s_ptr, z_ptr, magic, rows, rmask, K, BK, R, NORM, XT, LA, LS)
     else:

@@ -59,10 +59,10 @@ def word_partial(w, x0, x1, x2, x3, z0, z1, XP: tl.constexpr):
             src = w if p < 2 else w >> 8
             mask = 0x000F000F if p % 2 == 0 else 0x00F000F0
             t = (src & mask) | 0x64006400
-            for half in tl.static_range(2):
+            for half in tl.static_range(2):  # 1024 + v, less 1024: v (q or 16 q), exactly
                 tv = ((t >> (16 * half)) & 0xFFFF) - 0x6400
                 zv = ((zp >> (16 * half)) & 0xFFFF) - 0x6400
-                xv = ((xp >> (16 * half)) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+                xv = half_f32(xp, half)
                 if half == 0:
                     lo += (tv - zv).to(tl.float32) * xv
                 else:
@@ -98,11 +98,15 @@ def _pack_halves(lo, hi):
 
 
 @triton.jit
+def half_f32(h, HALF: tl.constexpr):
+    """Half HALF (0: the low 16 bits) of an f16x2's int32 bits, as float32 (exact)."""
+    return ((h >> (16 * HALF)) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
 def _unpack_sum(h):
     """An f16x2's two halves summed in float32 (the emulation's form of halves_sum)."""
-    lo = (h & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    hi = ((h >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return lo + hi
+    return half_f32(h, 0) + half_f32(h, 1)
 
 
 @triton.jit
@@ -114,11 +118,8 @@ def hadd2(a, b):
 
 @triton.jit
 def hadd2_emulated(a, b):
-    lo = (a & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) + \
-        (b & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    hi = ((a >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) + \
-        ((b >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return _pack_halves(lo, hi)
+    """hadd2 under Triton's interpreter (which runs no PTX): each half's sum in float32, rounded to f16."""
+    return _pack_halves(half_f32(a, 0) + half_f32(b, 0), half_f32(a, 1) + half_f32(b, 1))
 
 
 @triton.jit

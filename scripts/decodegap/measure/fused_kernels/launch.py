@@ -146,9 +146,10 @@ class GemvConfig:
     tl.range(num_stages=loop_stages), which Triton's pipeliner does apply to a loop without a dot: each
     step's loads become cp.async copies into shared memory issued loop_stages - 1 steps ahead, so that
     many steps' bytes are in flight a program without holding registers (None: the plain loop),
-    `f16_words`: for int4's pair reads (int4_pairs.py), how many of a thread's words of one row and
-    group have their halves summed in f16 before the one conversion to float32 (1: each word's own;
-    2 or 4: fewer instructions a weight, and f16's range for x shrinks by as much)."""
+    `f16_words`: for the pair reads (int4_pairs.py, fp8_pairs.py), how many of a thread's adjacent words
+    of one row (and, for int4, group) have their halves summed in f16 before the one conversion to
+    float32 (1: each word's own; 2 or 4: fewer instructions a weight, and f16's range for x shrinks by
+    as much)."""
 
     rows: int
     block_k: int
