@@ -399,8 +399,15 @@ _H200_INT4_PAIRS = {"qkv": (2, 512, 4), "gate_up": (4, 512, 4), "down": (8, 1024
 # choice below (gate_up 4 words at 8 rows with load_ahead, down 2 words) ran them 1.019-1.030x the table's.
 _H200_INT4_PAIRS_4096 = {"gate_up": GemvConfig(8, 1024, 8, load_ahead=True, f16_words=4),
                          "down": GemvConfig(8, 1024, 8, load_ahead=True, f16_words=2)}
-_H200_FP8_PAIRS = {"qkv": (4, 2048, 4), "gate_up": (4, 2048, 4), "down": (4, 2048, 4)}
-_H200_FP8_PAIRS_4096 = {"qkv": (4, 1024, 4)}  # its gate_up and down: as the 3584-wide cards'
+# fp8's halves sum 4 words in f16 before float32 (f16_words; floor_limit.py --parts levers tune --quant fp8
+# --tune-x-pairs fp8 --levers "fp8 pairs f16 words 2" "fp8 pairs f16 words 4", 2026-12-04, code b242a33,
+# GPU-22babb70; results/benchmarks/floor_limit_fp8_words_h200.txt): at the earlier shapes 4 words ran the fp8
+# steps of all three cards 1.007-1.034x, 2 words 1.011-1.018x; the tuner then chose 4 words at every role and
+# width, below, which ran them 1.012-1.031x the earlier table (under ncu, gemv_stalls_fp8_{table,words}_h200.txt:
+# Qwen-2.5-7B's qkv + gate_up + down 1.07x the read-only kernel, were 1.12x; gate_up 34.9 against 38.1 us).
+_H200_FP8_PAIRS = {role: GemvConfig(4, 2048, 4, f16_words=4) for role in ("qkv", "gate_up", "down")}
+_H200_FP8_PAIRS_4096 = {"qkv": GemvConfig(4, 1024, 4, f16_words=4), "gate_up": GemvConfig(4, 2048, 4, f16_words=4),
+                        "down": GemvConfig(8, 2048, 8, f16_words=4)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
