@@ -212,7 +212,10 @@ def cases(quick: bool) -> dict:
                 if step_writes_input(role, own_norm) and not table_x32:
                     variants["x fp32 "] = (shape, own_norm, True)
                 if fmt in ("int4", "fp8") and role in ("qkv", "gate_up", "down"):  # the lever x_pairs at its own shapes
-                    variants["x pairs "] = (table.gemv_for(f"{fmt}_pairs", role, arch["hidden_size"]), "none", "pairs")
+                    # the pairs read one word at a time into float32 (f16_words 1), whatever the table chose, so
+                    # that the f16_words variants below compare against the same loop at every table
+                    pairs_shape = table.gemv_for(f"{fmt}_pairs", role, arch["hidden_size"])
+                    variants["x pairs "] = (dataclasses.replace(pairs_shape, f16_words=1), "none", "pairs")
                 for tag, (sh, norm, x32) in list(variants.items())[:1] + [v for v in variants.items() if v[0] == "x pairs "]:
                     # the lever load_ahead flipped: the table's read, and int4's pairs
                     variants[f"{tag}load ahead {'off' if sh.load_ahead else 'on'} "] = (
