@@ -842,6 +842,15 @@ def lever_variants(table, device) -> dict:
         if widths:
             change["gemv_by_hidden"] = {w: {read: shapes} for w, shapes in widths.items()}
         out[f"{fmt} pairs f16 words {words}"] = change
+    # o reading the attention's output as fp8's halves (o_pairs), at fp8's o shapes or the pairs' qkv ones
+    for words, read, role, tag in ((1, "fp8", "o", ""), (4, "fp8", "o", ""), (4, "fp8_pairs", "qkv", " qkv shape")):
+        o_at = lambda shape, words=words: {**shape.as_dict(), "f16_words": words}  # noqa: E731
+        change = {"o_pairs": {"fp8": True}, "gemv": {"fp8_pairs": {"o": o_at(table.gemv_for(read, role))}}}
+        widths = {w: {"fp8_pairs": {"o": o_at(table.gemv_for(read, role, int(w)))}}
+                  for w, reads in table.gemv_by_hidden.items() if role in reads.get(read, {})}
+        if widths:
+            change["gemv_by_hidden"] = widths
+        out[f"fp8 o pairs f16 words {words}{tag}"] = change
     for fmt in ("dense", "fp8", "int4"):  # x as a tile in the roles without a norm prologue (o, down)
         flipped = {role: {**table.gemv_for(fmt, role).as_dict(), "x_tile": not table.gemv_for(fmt, role).x_tile} for role in ("o", "down")}
         out[f"{fmt} o/down x_tile {'off' if table.gemv_for(fmt, 'o').x_tile else 'on'}"] = {"gemv": {fmt: flipped}}
@@ -893,6 +902,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                         continue  # the table's own norm for this format: the table's step
                     if set(change or {}) == {"pdl_prefetch"} and not table.prefetch_for(fmt):
                         continue  # no prefetch in the table for this format: the table's step
+                    if "o_pairs" in (change or {}) and fmt != "fp8":
+                        continue  # a lever of fp8's o only
                     if not run.enough(f"lever {key} {quant} ctx {ctx} {name}", 15):
                         continue
                     try:

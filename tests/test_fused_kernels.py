@@ -807,6 +807,51 @@ def test_the_x_pairs_lever_runs_the_fp8_step_near_its_float32_loop_and_is_record
     assert on.as_dict()["x_pairs"] == {"fp8": True} and fk.resolve(on.as_dict(), "cpu") == on and not on.x_pairs_for("int4", 256)
 
 
+@pytest.mark.parametrize("lever", ["skip, separate", "masked, in split", "cols 32"])
+def test_attention_writes_fp8s_f16_halves_of_its_output(lever, gen):
+    """o_pairs: the combine (separate, by columns, or in the split programs) stores the output as
+    fp8_pairs' halves, exactly x_halves() of the float32 output the same launch stores plainly; an out
+    of the wrong size is refused by name."""
+    from decodegap.measure.fused_kernels.fp8_pairs import x_halves
+
+    config = fk.AttentionConfig(block_t=16, programs_per_sm=3, **(LEVERS.get(lever) or {"combine_cols": 32}))
+    hq, hkv, d, length, pos = 8, 2, 16, 48, 37
+    heads, plan = fk.HeadLayout(hq, hkv, d), fk.AttentionPlan.for_cache(length, hkv, config, hkv)
+    q = torch.randn(hq * d, generator=gen)
+    kc, vc = torch.randn(hkv, length, d, generator=gen), torch.randn(hkv, length, d, generator=gen)
+    outs = []
+    for out in (torch.empty(hq * d), torch.zeros(hq * d // 2, dtype=torch.int32)):
+        fk.attention(q, kc, vc, torch.tensor([pos]), out, plan=plan, scratch=fk.attention_scratch(plan, heads, "cpu"),
+                     heads=heads, scale=d**-0.5)
+        outs.append(out)
+    assert torch.equal(outs[1], x_halves(outs[0]))
+    with pytest.raises(ValueError, match="attention: out must hold 64 elements, not 128"):
+        fk.attention(q, kc, vc, torch.tensor([pos]), torch.zeros(hq * d, dtype=torch.int32), plan=plan,
+                     scratch=fk.attention_scratch(plan, heads, "cpu"), heads=heads, scale=d**-0.5)
+
+
+def test_the_o_pairs_lever_runs_the_fp8_steps_o_on_halves_and_is_recorded():
+    """o_pairs on fp8 with x_pairs: the attention writes its output as halves and o reads them at the
+    "fp8_pairs" o shape where given, the logits within f16's rounding of the transformers model's on the
+    same dequantized weights, the record says so; off without x_pairs; refused for int4."""
+    path = get_weight_path("fp8")
+    dense = build_model(WIDE, "cpu", "sdpa", 0).float()
+    lever = {"norm": "apart", "x_pairs": {"fp8": True}, "o_pairs": {"fp8": True}}
+    net = FusedModel(dense, path, 64, backend="triton",
+                     gemv_configs={**lever, "gemv": {"fp8_pairs": {"o": {"rows": 4, "block_k": 128, "warps": 4, "f16_words": 2}}}})
+    check = logit_check(path.prepare(dense), net, prompt_tokens=20, steps=3)
+    assert check["rel_l2_max"] <= 2e-3 and check["top1_agree"] == check["compared"], check
+    assert net.describe()["o_pairs"] is True and net._attn_in.dtype == torch.int32 and net._attn_in.numel() * 2 == net._attn.numel()
+    assert net.gemv["o"] == fk.GemvConfig(4, 128, 4, f16_words=2)
+    on = fk.resolve(lever, "cpu")
+    assert on.as_dict()["o_pairs"] == {"fp8": True} and fk.resolve(on.as_dict(), "cpu") == on and on.o_pairs_for("fp8", 256)
+    net.set_launch_shapes({"norm": "apart", "o_pairs": True})  # o_pairs alone, x_pairs off: o reads as before
+    assert "o_pairs" not in net.describe() and net._attn_in is net._attn and net.gemv["o"] == net.shapes.gemv_for("fp8", "o", 256)
+    assert "o_pairs" not in fk.launch_shapes_for("h200").as_dict()  # the table leaves it off: its sessions read the same
+    with pytest.raises(ValueError, match="o_pairs is a lever of fp8 weights only, not int4"):
+        fk.resolve({"o_pairs": {"int4": True}}, "cpu")
+
+
 def test_the_x_pairs_lever_runs_the_step_near_the_float32_loop_and_is_recorded():
     """x_pairs on int4 words with the norm apart: qkv, gate_up and down read f16 pairs (o and lm_head
     their inputs as before); the logits stay within f16's rounding of the transformers model's on the

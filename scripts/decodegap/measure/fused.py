@@ -182,7 +182,9 @@ class FusedModel:
         fmt, hidden = self.kernel_format or "dense", self.embed.shape[1]
         # the lever x_pairs: the int4 GEMVs after a norm and down read their inputs as f16 pairs, with shapes of their own
         self._x_pairs = bool(self.kernel_format) and self.shapes.x_pairs_for(fmt, hidden)
-        read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self._x_pairs and role != "o" else fmt
+        # the lever o_pairs (fp8): o too, the attention's combine writing its output as the halves
+        self._o_pairs = bool(self.kernel_format) and self.shapes.o_pairs_for(fmt, hidden)
+        read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self._x_pairs and (role != "o" or self._o_pairs) else fmt
                 for role in fk.ROLES}
         self.gemv = {role: self.shapes.gemv_for(read[role], role, hidden) for role in fk.ROLES}
         self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)
@@ -206,6 +208,8 @@ class FusedModel:
             self._h_in = torch.empty(self.intermediate, dtype=torch.float32, device=self.device)
         else:
             self._xn_in, self._h_in = self._xn, self._h
+        # what attention writes and o reads: the output, or (o_pairs) its f16 halves, two columns a word
+        self._attn_in = torch.empty(qd // 2, dtype=torch.int32, device=self.device) if self._o_pairs else self._attn
         # the norm lever "sum": x's sum of squares before each norm (2 a layer and the final one),
         # added up by the o and down GEMVs that write x, zeroed at the start of every step
         self._sums = torch.zeros(2 * len(self.layers) + 1, dtype=torch.float32, device=self.device)
@@ -232,6 +236,8 @@ class FusedModel:
                 out["x_fp32"] = True
             if self._x_pairs:
                 out["x_pairs"] = True
+            if self._o_pairs:
+                out["o_pairs"] = True
             if self.shapes.pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
@@ -319,7 +325,7 @@ class FusedModel:
     def _attend(self, i, position):
         from decodegap.measure import fused_kernels as fk
 
-        fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn, plan=self.attention_plan,
+        fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn_in, plan=self.attention_plan,
                      scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
                      prefetch_steps=self._prefetch_steps, prefetching=self._prefetching)
 
@@ -371,7 +377,7 @@ class FusedModel:
                                      sin=self.sin, q_out=self._q, k_cache=self.k_cache[i], v_cache=self.v_cache[i], eps=eps,
                                      shape=g["qkv"], bias=layer.qkv.bias, **pf, **norm)))
             out.append(("attention", call(self._attend, i, position)))
-            out.append(("gemv", call(fk.linear, self._attn, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x,
+            out.append(("gemv", call(fk.linear, self._attn_in, op(layer.o), x, shape=g["o"], bias=layer.o.bias, residual=x,
                                      **pf, **summed(2 * i + 1))))
             src, norm = normed(2 * i + 1, layer.post_norm)
             out.append(("gemv", call(fk.gate_up, src, op(layer.gate_up), self._h_in, eps=eps, shape=g["gate_up"],

@@ -52,6 +52,10 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        o reads the attention's output as before. Its GEMV shapes are the table's
                        "int4_pairs" / "fp8_pairs" ones (else the format's). The numbers differ from the
                        float32 loop's by f16's rounding of x and of two- to four-product sums
+  o_pairs              per weight format (fp8 only; true, or the card widths it is on for), with x_pairs
+                       on: the o projection reads the attention's output as fp8_pairs' f16 halves too,
+                       which the attention's combine writes (split_attention.py), at the "fp8_pairs" o
+                       shape (else fp8's); without it o is the one fp8 GEMV left in the float32 loop
   load_ahead           per read (READS) the roles whose GEMV loop loads each step's weight tile (for
                        int4 its scales and zeros too) one step ahead, into registers, so its loads are
                        in flight while the step before is multiplied. Triton's launch option does not
@@ -235,6 +239,7 @@ class LaunchShapes:
     x_fp32: dict = field(default_factory=dict)
     x_pairs: dict = field(default_factory=dict)
     load_ahead: dict = field(default_factory=dict)
+    o_pairs: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -250,6 +255,10 @@ class LaunchShapes:
         for fmt, on in self.x_pairs.items():
             if on and fmt not in ("int4", "fp8"):
                 raise ValueError(f"launch shapes: x_pairs is a lever of int4 and fp8 weights only, not {fmt}")
+        _check_widths_lever(self.o_pairs, "o_pairs")
+        for fmt, on in self.o_pairs.items():  # the combine writes fp8's halves (column order) only
+            if on and fmt != "fp8":
+                raise ValueError(f"launch shapes: o_pairs is a lever of fp8 weights only, not {fmt}")
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
@@ -260,6 +269,11 @@ class LaunchShapes:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         f16 pairs (the lever x_pairs; it takes the norm apart, whose launch writes them)."""
         return _on_for(self.x_pairs, fmt, hidden) and self.norm_for(fmt) == "apart"
+
+    def o_pairs_for(self, fmt: str, hidden: int | None = None) -> bool:
+        """Whether the o projection of the step whose GEMVs read `fmt` reads the attention's output as
+        f16 halves (the lever o_pairs; on only where x_pairs is)."""
+        return _on_for(self.o_pairs, fmt, hidden) and self.x_pairs_for(fmt, hidden)
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -307,6 +321,8 @@ class LaunchShapes:
             out["x_fp32"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_fp32.items()}
         if any(self.x_pairs.values()):  # absent when off: records made before the lever read the same
             out["x_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_pairs.items()}
+        if any(self.o_pairs.values()):  # absent when off: records made before the lever read the same
+            out["o_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.o_pairs.items()}
         if any(self.load_ahead.values()):  # absent when off: records made before the lever read the same
             out["load_ahead"] = {fmt: list(roles) for fmt, roles in self.load_ahead.items() if roles}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
@@ -514,12 +530,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "load_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "load_ahead", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -554,10 +570,13 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     x_pairs = dict(base.x_pairs)
     given = spec.get("x_pairs", {})
     x_pairs.update({"int4": given} if not isinstance(given, dict) else given)  # true or false alone: int4's (fp8's by {"fp8": ...})
+    o_pairs = dict(base.o_pairs)
+    given = spec.get("o_pairs", {})
+    o_pairs.update({"fp8": given} if not isinstance(given, dict) else given)  # true or false alone: fp8's
     load_ahead = {**base.load_ahead, **spec.get("load_ahead", {})}  # a read given replaces the table's roles for it
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

@@ -18,6 +18,10 @@ Triton from pipelining them across loop steps, a masked block costs its math but
 less of the splits' weighted V. `combine="in_split"` drops the combine's launch: each split program that held a valid position
 counts itself done on an atomic counter per KV head, and the last one combines that head's group
 (reading every split's partials through L2) and resets the counter for the next step.
+
+The output is the query's dtype, or (`out` int32) fp8_pairs' f16 halves of out / 16: the input the
+o projection's fp8 halves loop reads (the lever o_pairs, launch.py), written by the combine itself so
+no launch converts it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
     launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
+from decodegap.measure.fused_kernels.fp8_pairs import X_SCALE
 from decodegap.measure.fused_kernels.gemv import HeadLayout
 from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
 
@@ -111,10 +116,12 @@ def _load_partial(ptr, mask, other, CG: tl.constexpr):
 
 @triton.jit
 def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, d0, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                        DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr):
+                        DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, CG: tl.constexpr,
+                        OUT_SCALE: tl.constexpr):
     """Columns d0 .. d0 + CD - 1 of query head g of KV head h from its first `n_active` splits'
     partials, CS splits a step: o = sum w acc / sum w l, w = exp(m - max m); splits without a valid
-    position (l = 0) weigh nothing. With CS >= NS one step, as a single tile."""
+    position (l = 0) weigh nothing. With CS >= NS one step, as a single tile. Stored times OUT_SCALE
+    (1 / 16 into fp8_pairs' f16 halves, else 1) in o_ptr's dtype."""
     d = d0 + tl.arange(0, CD)
     c = tl.arange(0, CS)
     tops = tl.full((CS,), float("-inf"), tl.float32)
@@ -134,7 +141,10 @@ def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, d0, G: tl.
         part = _load_partial(acc_ptr + idx[:, None] * DP + d[None, :], smask[:, None], 0.0, CG)
         num += tl.sum(part * w[:, None], axis=0)
         dens += l * w
-    tl.store(o_ptr + (h * G + g) * D + d, (num / tl.sum(dens, axis=0)).to(o_ptr.dtype.element_ty), mask=d < D)
+    o = num / tl.sum(dens, axis=0)
+    if OUT_SCALE != 1.0:
+        o = o * OUT_SCALE
+    tl.store(o_ptr + (h * G + g) * D + d, o.to(o_ptr.dtype.element_ty), mask=d < D)
 
 
 @triton.jit
@@ -142,7 +152,7 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
                             G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
                             SPLIT: tl.constexpr, BT: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr,
                             SKIP_EMPTY: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
-                            PF_LINE: tl.constexpr):
+                            PF_LINE: tl.constexpr, OUT_SCALE: tl.constexpr):
     """Program (KV head h, split s): the group's G query heads against positions [s * SPLIT, ...) of
     the cache, up to the step's own position; writes the split's running max, sum and weighted V.
     With COMBINE, the last of the head's splits with a valid position to finish also writes the
@@ -189,20 +199,22 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
             done = tl.atomic_add(count_ptr + h, 1, sem="acq_rel")  # orders this program's partials before the count
             if done == n_active - 1:
                 for gi in range(0, G):  # not `g`: that name holds the group's arange above (Triton keeps one type a name)
-                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, gi, n_active, 0, G, GP, D, DP, DP, NS, CS, True)
+                    _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, gi, n_active, 0, G, GP, D, DP, DP, NS, CS, True,
+                                        OUT_SCALE)
                 tl.atomic_xchg(count_ptr + h, 0)
 
 
 @triton.jit
 def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-                              DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr):
+                              DP: tl.constexpr, CD: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr, PDL: tl.constexpr,
+                              OUT_SCALE: tl.constexpr):
     """Program (query head, block of CD columns): the splits' partial softmaxes joined
     (_combine_query_head), CS splits a step, so the registers a program holds do not grow with the
     number of splits."""
     pdl_start(PDL)
     qh = tl.program_id(0)
     _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, qh // G, qh % G, NS, tl.program_id(1) * CD, G, GP, D, DP, CD, NS, CS,
-                        False)
+                        False, OUT_SCALE)
 
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
@@ -213,7 +225,8 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     pdl, each split program (the first `prefetching` only, when given) prefetches its first
     `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before.
     only="split" or "combine" launches that one alone (benchmarks time the two apart; out is then
-    not the attention's output unless both ran)."""
+    not the attention's output unless both ran). out int32 (heads * head_dim / 2 of them): fp8_pairs'
+    f16 halves of the output / 16, two columns a word (the lever o_pairs)."""
     where = "attention"
     if only not in (None, "split", "combine"):
         raise ValueError(f"{where}: only={only!r}: 'split', 'combine' or None (both)")
@@ -227,7 +240,12 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     if plan.n_splits * plan.split < k_cache.shape[1]:
         raise ValueError(f"{where}: the plan covers {plan.n_splits * plan.split} positions, the cache holds {k_cache.shape[1]}")
     require(where, "position", position, dtype=(torch.int64, torch.int32), numel=1, device=dev)
-    require(where, "out", out, numel=heads.n_heads * d, dtype=q.dtype, device=dev)
+    halves = isinstance(out, torch.Tensor) and out.dtype == torch.int32  # the o projection's fp8 halves
+    require(where, "out", out, numel=heads.n_heads * d // 2 if halves else heads.n_heads * d,
+            dtype=(q.dtype, torch.int32), device=dev)
+    if halves and heads.n_heads * d % 4:
+        raise ValueError(f"{where}: out as fp8 halves feeds a GEMV reading whole words of 4 columns: {heads.n_heads * d} columns")
+    o, out_scale = (out.view(torch.float16), 1.0 / X_SCALE) if halves else (out, 1.0)
     m, l, acc, count = scratch
     gp, dp = m.shape[-1], acc.shape[-1]
     for name, t, shape in (("scratch max", m, (heads.n_kv, plan.n_splits, gp)), ("scratch sum", l, (heads.n_kv, plan.n_splits, gp)),
@@ -242,11 +260,11 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     cd = min(cfg.combine_cols or dp, dp)
     if only != "combine":
         _attention_split_kernel[(heads.n_kv, plan.n_splits)](
-            q, k_cache, v_cache, position, m, l, acc, out, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching),
+            q, k_cache, v_cache, position, m, l, acc, o, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching),
             G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1], SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits,
             CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, PF=pf,
-            PF_LINE=line, **launch_options(cfg.warps, pdl, cfg.stages))
+            PF_LINE=line, OUT_SCALE=out_scale, **launch_options(cfg.warps, pdl, cfg.stages))
     if not fused_combine and only != "split":
-        _attention_combine_kernel[(heads.n_heads, dp // cd)](m, l, acc, out, G=group, GP=gp, D=d, DP=dp, CD=cd, NS=plan.n_splits,
+        _attention_combine_kernel[(heads.n_heads, dp // cd)](m, l, acc, o, G=group, GP=gp, D=d, DP=dp, CD=cd, NS=plan.n_splits,
                                                               CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
-                                                              PDL=pdl, **launch_options(4, pdl))
+                                                              PDL=pdl, OUT_SCALE=out_scale, **launch_options(4, pdl))
