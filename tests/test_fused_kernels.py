@@ -847,7 +847,13 @@ def test_the_o_pairs_lever_runs_the_fp8_steps_o_on_halves_and_is_recorded():
     assert on.as_dict()["o_pairs"] == {"fp8": True} and fk.resolve(on.as_dict(), "cpu") == on and on.o_pairs_for("fp8", 256)
     net.set_launch_shapes({"norm": "apart", "o_pairs": True})  # o_pairs alone, x_pairs off: o reads as before
     assert "o_pairs" not in net.describe() and net._attn_in is net._attn and net.gemv["o"] == net.shapes.gemv_for("fp8", "o", 256)
-    assert "o_pairs" not in fk.launch_shapes_for("h200").as_dict()  # the table leaves it off: its sessions read the same
+    h200 = fk.launch_shapes_for("h200")  # measured: on for fp8, o at the halves' qkv shape of each width
+    assert h200.o_pairs_for("fp8", 3584) and h200.o_pairs_for("fp8", 4096) and not h200.o_pairs_for("int4", 4096)
+    assert h200.gemv_for("fp8_pairs", "o", 4096) == h200.gemv_for("fp8_pairs", "qkv", 4096) == fk.GemvConfig(4, 1024, 4, f16_words=4)
+    from decodegap.measure.fused_kernels.tune import as_the_step_reads
+
+    assert as_the_step_reads(h200, "fp8", "o", 3584)[0] == "fp8_pairs"  # the tuner times o as the step reads it
+    assert as_the_step_reads(h200, "int4", "o", 3584)[0] == "int4"
     with pytest.raises(ValueError, match="o_pairs is a lever of fp8 weights only, not int4"):
         fk.resolve({"o_pairs": {"int4": True}}, "cpu")
 

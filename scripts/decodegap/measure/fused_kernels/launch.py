@@ -421,9 +421,16 @@ _H200_INT4_PAIRS_4096 = {"gate_up": GemvConfig(8, 1024, 8, load_ahead=True, f16_
 # steps of all three cards 1.007-1.034x, 2 words 1.011-1.018x; the tuner then chose 4 words at every role and
 # width, below, which ran them 1.012-1.031x the earlier table (under ncu, gemv_stalls_fp8_{table,words}_h200.txt:
 # Qwen-2.5-7B's qkv + gate_up + down 1.07x the read-only kernel, were 1.12x; gate_up 34.9 against 38.1 us).
-_H200_FP8_PAIRS = {role: GemvConfig(4, 2048, 4, f16_words=4) for role in ("qkv", "gate_up", "down")}
-_H200_FP8_PAIRS_4096 = {"qkv": GemvConfig(4, 1024, 4, f16_words=4), "gate_up": GemvConfig(4, 2048, 4, f16_words=4),
-                        "down": GemvConfig(8, 2048, 8, f16_words=4)}
+# o then read the attention's output as halves too (the lever o_pairs, floor_limit.py --parts levers --quant fp8
+# --levers "fp8 o pairs f16 words 1" "fp8 o pairs f16 words 4" "fp8 o pairs f16 words 4 qkv shape", 2026-12-04,
+# code d06a704, GPU-205de29b; results/benchmarks/floor_limit_fp8_o_pairs_h200.txt): at the halves' qkv shape of
+# each width with 4 words the fp8 steps of all three cards ran 1.014-1.026x at ctx 2048 and 16384; at fp8's o
+# shape 1.003-1.021x (4 words) and 1.003-1.006x (1 word). o was the one fp8 GEMV left in the float32 loop, and
+# the slowest against its read-only time (floor_limit_fp8_gap_h200.txt: 6.42 against 4.79 us for Qwen-2.5-7B).
+_H200_O_PAIRS = {"fp8": True}
+_H200_FP8_PAIRS = {role: GemvConfig(4, 2048, 4, f16_words=4) for role in ("qkv", "o", "gate_up", "down")}
+_H200_FP8_PAIRS_4096 = {"qkv": GemvConfig(4, 1024, 4, f16_words=4), "o": GemvConfig(4, 1024, 4, f16_words=4),
+                        "gate_up": GemvConfig(4, 2048, 4, f16_words=4), "down": GemvConfig(8, 2048, 8, f16_words=4)}
 _H200_FP8 = {"qkv": (8, 512, 4), "o": (2, 2048, 4), "gate_up": (8, 512, 4), "down": (4, 1024, 4)}
 _H200_INT4 = {"qkv": (4, 1024, 4, True), "o": (4, 2048, 4, True), "gate_up": (8, 512, 4), "down": (4, 2048, 4, True)}
 
@@ -445,9 +452,9 @@ LAUNCH_SHAPES = {
     "h200": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4),
                                "int4_pairs": _gemv_table(_H200_INT4_PAIRS), "fp8_pairs": _gemv_table(_H200_FP8_PAIRS)},
                          attention=_H200_ATTENTION,
-                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 and fp8 x pairs, load ahead, combine by 32 columns)",
+                         pdl=True, source="LAUNCH_SHAPES['h200']: tuned on the H200 2026-12-01/03 (benchmarks/floor_limit.py; norm apart, PDL with prefetch, x_fp32, int4 and fp8 x pairs, fp8 o pairs, load ahead, combine by 32 columns)",
                          gemv_by_hidden=_H200_BY_HIDDEN, norm=_H200_NORM, pdl_prefetch=_H200_PDL_PREFETCH, pdl_prefetch_per_sm=2,
-                         x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS, load_ahead=_H200_LOAD_AHEAD),
+                         x_fp32=_H200_X_FP32, x_pairs=_H200_X_PAIRS, load_ahead=_H200_LOAD_AHEAD, o_pairs=_H200_O_PAIRS),
     # any other GPU: the H200's GEMV shapes, and attention with masked (pipelinable) blocks of 64
     # positions at 4 programs per multiprocessor, the shape a memory-bound split should favour
     "default": LaunchShapes(gemv={"dense": _gemv_table(_H200_DENSE), "fp8": _gemv_table(_H200_FP8), "int4": _gemv_table(_H200_INT4)},

@@ -167,7 +167,7 @@ def as_the_step_reads(table, fmt: str, role: str, hidden: int) -> tuple:
     in a card of width `hidden`: the read (READS: "int4_pairs" or "fp8_pairs" where the table has the
     lever x_pairs), its shape, and RoleBench.launch's input keywords (norm, x_fp32, x_pairs)."""
     norm = NORM_INPUT_OF[table.norm_for(fmt)]
-    if role in ("qkv", "gate_up", "down") and table.x_pairs_for(fmt, hidden):
+    if (role in PAIRS_ROLES or (role == "o" and table.o_pairs_for(fmt, hidden))) and table.x_pairs_for(fmt, hidden):
         return f"{fmt}_pairs", table.gemv_for(f"{fmt}_pairs", role, hidden), {"norm": "none", "x_pairs": True}
     x32 = step_writes_input(role, norm) and table.x_fp32_for(fmt, hidden)
     return fmt, table.gemv_for(fmt, role, hidden), {"norm": norm, "x_fp32": bool(x32)}
@@ -371,10 +371,12 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
             per_role = timings["gemv"].setdefault(read, {})
             for ci, arch in enumerate(cards):
                 pairs = under.x_pairs_for(fmt, arch["hidden_size"])
+                # the roles reading f16 pairs at this width: o too where the table has the lever o_pairs (fp8)
+                pair_roles = PAIRS_ROLES + (("o",) if under.o_pairs_for(fmt, arch["hidden_size"]) else ())
                 for role in ROLES:
                     if role == "lm_head" and fmt != "dense":
                         continue  # the output projection stays bf16 in every path
-                    if read.endswith("_pairs") != (pairs and role in PAIRS_ROLES):
+                    if read.endswith("_pairs") != (pairs and role in pair_roles):
                         continue  # a read the step does not launch for this role at this width
                     if over(0.7 * (fi + 1) / len(formats)):
                         skipped.append(f"gemv {read} {role} card {ci}")
