@@ -12,7 +12,8 @@ instructions for four weights, and a float32 accumulator per word.
 
 The input (`x_halves(x)`: int32, K / 2 of them) holds x / 16 as f16, in column order: word j holds
 columns 2j and 2j + 1. The kernels that write a GEMV's input write it so themselves (add_norm and
-gate_up's epilogue, given its float16 view), so no launch converts it; the GEMV multiplies its row sums
+gate_up's epilogue, given its float16 view; under the lever o_pairs the attention's combine, for o), so
+no launch converts it; the GEMV multiplies its row sums
 by 16 with the row's scale.
 
 Range: an e4m3 weight is at most 448 in magnitude (the path's per-row scale puts a row's largest

@@ -49,7 +49,7 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        instruction in packed halves: for int4 in the words' order (int4_pairs.py: about
                        two SASS instructions a weight against 4.6-7.8), for fp8 x / 16 in column order
                        (fp8_pairs.py: seven instructions for four weights, a float32 accumulator a word);
-                       o reads the attention's output as before. Its GEMV shapes are the table's
+                       o reads the attention's output as before (fp8: see o_pairs). Its GEMV shapes are the table's
                        "int4_pairs" / "fp8_pairs" ones (else the format's). The numbers differ from the
                        float32 loop's by f16's rounding of x and of two- to four-product sums
   o_pairs              per weight format (fp8 only; true, or the card widths it is on for), with x_pairs
