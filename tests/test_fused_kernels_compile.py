@@ -98,6 +98,10 @@ def _check(proc, rows):
         # fp8's halves likewise: 2 words' sums in f16 fewer than 1, 4 fewer than 2
         fp8 = [issue[f"qwen2.5-7b fp8 {role} x pairs{tag}"]["per_weight"] for tag in ("", " f16 words 2", " f16 words 4")]
         assert fp8[0] > fp8[1] > fp8[2], fp8
+    # o_pairs: fp8's o on the attention's halves, about half the instructions a weight of its float32 loop,
+    # and the combine that writes them compiles (its store scaled and rounded to f16)
+    assert issue["qwen2.5-7b fp8 o x pairs f16 words 4"]["per_weight"] < issue["qwen2.5-7b fp8 o"]["per_weight"] - 2
+    assert by[("qwen2.5-7b attention ctx 16384 table halves out", "_attention_combine_kernel")]["spill_bytes"] == 0
     # loop_stages pipelines the loop over K (Triton's pipeliner, which the launch option `stages` never
     # applied to these dot-free loops): the weight tiles come in by cp.async (LDGSTS), the plain loop's by LDG
     for case, kernel in (("qwen2.5-7b int4 gate_up x pairs", "_gate_up_kernel"), ("qwen2.5-7b dense down", "_linear_kernel"),

@@ -160,8 +160,9 @@ def step_issue_bounds(rows: list) -> list:
     """Per card and format, the least time the whole step's GEMVs could take at the issue bound: each
     role's instructions a weight (the table's kernel, `rows`) times the card's real weights in that
     role over all layers (config/models.yaml), over the issue rate, with the output projection in
-    bf16 as the paths keep it, and int4's qkv, gate_up and down reading f16 pairs where the table has the
-    lever x_pairs; beside the bytes the GEMVs stream, and the bandwidth that bound allows."""
+    bf16 as the paths keep it, and int4's and fp8's qkv, gate_up and down (fp8's o too, under o_pairs)
+    reading f16 pairs with the table's f16_words where the table has the lever x_pairs; beside the bytes
+    the GEMVs stream, and the bandwidth that bound allows."""
     from decodegap.core.config import load_models
     from decodegap.measure.fused_kernels.launch import FORMATS, LAUNCH_SHAPES
     from decodegap.measure.fused_kernels.tune import role_shapes
@@ -173,9 +174,13 @@ def step_issue_bounds(rows: list) -> list:
         arch = cards[key].architecture
         for fmt in FORMATS:
             seconds = stored = 0.0
-            pairs = LAUNCH_SHAPES["h200"].x_pairs_for(fmt, arch["hidden_size"])
+            table, hidden = LAUNCH_SHAPES["h200"], arch["hidden_size"]
+            pairs = table.x_pairs_for(fmt, hidden)
             for role, (n, k) in role_shapes(arch).items():
-                tag = " x pairs" if pairs and role in ("qkv", "gate_up", "down") else ""
+                tag = ""
+                if pairs and (role in ("qkv", "gate_up", "down") or (role == "o" and table.o_pairs_for(fmt, hidden))):
+                    words = table.gemv_for(f"{fmt}_pairs", role, hidden).f16_words  # the table's pair read, as compiled
+                    tag = " x pairs" + (f" f16 words {words}" if words > 1 else "")
                 row = by_case.get(f"{key} {'dense' if role == 'lm_head' else fmt} {role}{tag}")
                 if row is None:
                     break
@@ -211,7 +216,8 @@ def cases(quick: bool) -> dict:
                     variants["x_tile flipped "] = (dataclasses.replace(shape, x_tile=not shape.x_tile), own_norm, table_x32)
                 if step_writes_input(role, own_norm) and not table_x32:
                     variants["x fp32 "] = (shape, own_norm, True)
-                if fmt in ("int4", "fp8") and role in ("qkv", "gate_up", "down"):  # the lever x_pairs at its own shapes
+                # the lever x_pairs at its own shapes (o too where the table has o_pairs)
+                if fmt in ("int4", "fp8") and (role in ("qkv", "gate_up", "down") or (role == "o" and table.o_pairs_for(fmt, arch["hidden_size"]))):
                     # the pairs read one word at a time into float32 (f16_words 1), whatever the table chose, so
                     # that the f16_words variants below compare against the same loop at every table
                     pairs_shape = table.gemv_for(f"{fmt}_pairs", role, arch["hidden_size"])
@@ -222,7 +228,8 @@ def cases(quick: bool) -> dict:
                         dataclasses.replace(sh, load_ahead=not sh.load_ahead), norm, x32)
                 if "x pairs " in variants:  # words' halves summed in f16 before float32 (f16_words): int4 4, fp8 2 and 4
                     sh, norm, x32 = variants["x pairs "]
-                    for words in ((4,) if fmt == "int4" else (2, 4)):
+                    table_words = table.gemv_for(f"{fmt}_pairs", role, arch["hidden_size"]).f16_words  # the step's bound reads it
+                    for words in sorted({4, table_words} - {1} if fmt == "int4" else {2, 4, table_words} - {1}):
                         variants[f"x pairs f16 words {words} "] = (dataclasses.replace(sh, f16_words=words), norm, x32)
                 if role in ("gate_up", "down"):  # the loop pipelined through shared memory (loop_stages: cp.async)
                     for tag, (sh, norm, x32) in list(variants.items())[:1] + [v for v in variants.items() if v[0] == "x pairs "]:
@@ -253,6 +260,10 @@ def cases(quick: bool) -> dict:
                     out[f"{key} attention ctx {ctx} {name}{lever}"] = (
                         lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl, pf=pf:
                         (lambda b: b.launch(b.plan(cfg), 0, pdl=pdl, prefetch=pf))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
+            # the combine writing fp8's halves for o (the lever o_pairs): its store scaled and rounded to f16
+            out[f"{key} attention ctx {ctx} table halves out"] = (
+                lambda heads=heads, ctx=ctx: (lambda b: b.launch(b.plan(table.attention), 0, out=torch.empty(
+                    heads.n_heads * heads.head_dim // 2, dtype=torch.int32)))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
 
         def epilogues(arch=arch, heads=heads):
             h, i = arch["hidden_size"], arch["intermediate_size"]

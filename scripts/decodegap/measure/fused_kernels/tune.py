@@ -290,12 +290,14 @@ class AttentionBench:
     def plan(self, config: AttentionConfig) -> attn.AttentionPlan:
         return attn.AttentionPlan.for_cache(self.cache_len, self.heads.n_kv, config, sm_count_of(self.device))
 
-    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0, only: str | None = None) -> None:
-        """One attention call on layer i's cache; only="split" or "combine": that launch alone (attn.attention)."""
+    def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0, only: str | None = None,
+               out: torch.Tensor | None = None) -> None:
+        """One attention call on layer i's cache; only="split" or "combine": that launch alone (attn.attention);
+        out: where it writes (default the query's dtype; int32: fp8's halves for o, the lever o_pairs)."""
         key = (plan.split, plan.n_splits)
         if key not in self._scratch:
             self._scratch[key] = attn.attention_scratch(plan, self.heads, self.device)
-        attn.attention(self.q, *self.caches[i], self.pos, self.out, plan=plan, scratch=self._scratch[key], heads=self.heads,
+        attn.attention(self.q, *self.caches[i], self.pos, self.out if out is None else out, plan=plan, scratch=self._scratch[key], heads=self.heads,
                        scale=self.scale, pdl=pdl, prefetch_steps=prefetch, only=only)
 
     def error(self, plan: attn.AttentionPlan) -> float:
