@@ -639,6 +639,21 @@ def test_tune_launch_shapes_chooses_for_each_card_width_and_a_model_takes_its_ow
     assert net.describe()["gemv"]["down"] == got["gemv_by_hidden"]["384"]["dense"]["down"]
 
 
+def test_tune_launch_shapes_tunes_fp8s_o_on_halves_under_o_pairs():
+    """Under o_pairs (with fp8's x_pairs and norm apart) the step launches fp8's o on the attention's
+    halves too: the tuner times it as the read "fp8_pairs", keeps the lever in its result, and a fused
+    model runs its choice with o on halves."""
+    arch = dict(WIDE.architecture, vocab_size=256)
+    cands = {"fp8": [(4, 128, 4)], "fp8_pairs": [(8, 128, 4, False, None, False, None, 2)]}
+    got = fk.tune_launch_shapes("cpu", [arch], budget_s=600, formats=("fp8",), ctxs=(40,), layers=1, gemv_candidates=cands,
+                                attention_candidates=[fk.AttentionConfig()], norm={"fp8": "apart"}, x_pairs={"fp8": True},
+                                o_pairs={"fp8": True})
+    assert set(got["gemv"]["fp8_pairs"]) == {"qkv", "o", "gate_up", "down"} and not got["gemv"].get("fp8"), got
+    assert set(got["timings_us"]["gemv"]["fp8_pairs"]["o"]) == {"8x128/4w f16x2"} and got["o_pairs"] == {"fp8": True}
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("fp8"), 64, backend="triton", gemv_configs=got)
+    assert net.describe()["o_pairs"] is True and net.describe()["gemv"]["o"] == got["gemv"]["fp8_pairs"]["o"]
+
+
 def test_tune_launch_shapes_tunes_int4s_pair_reads_as_the_step_launches_them():
     """Under x_pairs (with int4's norm apart) the step launches int4's qkv, gate_up and down only as
     f16 pairs: the tuner times those roles as the read "int4_pairs" and int4's float32 loop for o alone;

@@ -335,7 +335,7 @@ def _pick(times: dict):
 def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=FORMATS, ctxs=(2048, 16384),
                        layers: int | None = None, top: int = 2, gemv_candidates: dict | None = None,
                        attention_candidates: list | None = None, norm: dict | None = None, x_fp32: dict | None = None,
-                       x_pairs: dict | None = None, log=None) -> dict:
+                       x_pairs: dict | None = None, o_pairs: dict | None = None, log=None) -> dict:
     """The fastest launch shapes at the `cards`' shapes (architecture dicts, as config/models.yaml's
     `architecture`), in about `budget_s` seconds: every GEMV candidate (GEMV_CANDIDATES, or
     `gemv_candidates` {format: [(rows, block_k, warps), ...]}) per format and role on the first card of
@@ -350,7 +350,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     width (`x_pairs` {format: true | [card widths]}; None: the table entry's; it needs the format's norm
     apart), that width's qkv, gate_up and down are tuned as the read "<format>_pairs"
     (GEMV_CANDIDATES["int4_pairs"] / ["fp8_pairs"], the input as f16 pairs), the only way the step
-    launches them, and the format's own read keeps its other roles.
+    launches them, and the format's own read keeps its other roles; o too where the lever o_pairs is on
+    (`o_pairs` {"fp8": true | [card widths]}; None: the table entry's), which the result keeps as well.
     Each candidate is checked once against float32 (a wrong one is dropped). What the budget
     left out is listed under "skipped". Returns launch.resolve's dict form with the timings (us)."""
     t0 = time.perf_counter()
@@ -361,9 +362,10 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     timings, skipped = {"gemv": {}, "attention": {}}, []
     table = launch_shapes_for(gpu_key_of(device))
     norm = dict(table.norm if norm is None else norm)
-    # what the GEMVs are tuned under: the norm, and the inputs the step writes (x_fp32, x_pairs)
+    # what the GEMVs are tuned under: the norm, and the inputs the step writes (x_fp32, x_pairs, o_pairs)
     under = table.replace(norm=norm, x_fp32=dict(table.x_fp32 if x_fp32 is None else x_fp32),
-                          x_pairs=dict(table.x_pairs if x_pairs is None else x_pairs))
+                          x_pairs=dict(table.x_pairs if x_pairs is None else x_pairs),
+                          o_pairs=dict(table.o_pairs if o_pairs is None else o_pairs))
     candidates = {**GEMV_CANDIDATES, **(gemv_candidates or {})}
     chosen, by_hidden = {}, {}
     width = [arch["hidden_size"] for arch in cards]
@@ -454,6 +456,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
            "budget_s": budget_s, "skipped": skipped}
     if any(under.x_pairs.values()):  # absent when off, as LaunchShapes.as_dict leaves it
         out["x_pairs"] = dict(under.x_pairs)
+    if any(under.o_pairs.values()):
+        out["o_pairs"] = dict(under.o_pairs)
     if by_hidden:
         out["gemv_by_hidden"] = by_hidden
     if pdl and any(table.pdl_prefetch.values()):
