@@ -184,7 +184,7 @@ class FusedModel:
         self._x_pairs = bool(self.kernel_format) and self.shapes.x_pairs_for(fmt, hidden)
         # the lever o_pairs (fp8): o too, the attention's combine writing its output as the halves
         self._o_pairs = bool(self.kernel_format) and self.shapes.o_pairs_for(fmt, hidden)
-        read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self._x_pairs and (role != "o" or self._o_pairs) else fmt
+        read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self.shapes.reads_pairs(fmt, role, hidden) else fmt
                 for role in fk.ROLES}
         self.gemv = {role: self.shapes.gemv_for(read[role], role, hidden) for role in fk.ROLES}
         self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)

@@ -175,10 +175,9 @@ def step_issue_bounds(rows: list) -> list:
         for fmt in FORMATS:
             seconds = stored = 0.0
             table, hidden = LAUNCH_SHAPES["h200"], arch["hidden_size"]
-            pairs = table.x_pairs_for(fmt, hidden)
             for role, (n, k) in role_shapes(arch).items():
                 tag = ""
-                if pairs and (role in ("qkv", "gate_up", "down") or (role == "o" and table.o_pairs_for(fmt, hidden))):
+                if table.reads_pairs(fmt, role, hidden):
                     words = table.gemv_for(f"{fmt}_pairs", role, hidden).f16_words  # the table's pair read, as compiled
                     tag = " x pairs" + (f" f16 words {words}" if words > 1 else "")
                 row = by_case.get(f"{key} {'dense' if role == 'lm_head' else fmt} {role}{tag}")

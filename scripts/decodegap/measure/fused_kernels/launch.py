@@ -82,6 +82,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 ROLES = ("qkv", "o", "gate_up", "down", "lm_head")
+PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernels read (gemv.WeightOperand)
 # how the GEMVs read them: each format as stored, and int4 and fp8 against x as f16 pairs (the lever x_pairs),
 # whose shapes a table may give apart (a read without its own shapes takes its format's)
@@ -274,6 +275,14 @@ class LaunchShapes:
         """Whether the o projection of the step whose GEMVs read `fmt` reads the attention's output as
         f16 halves (the lever o_pairs; on only where x_pairs is)."""
         return _on_for(self.o_pairs, fmt, hidden) and self.x_pairs_for(fmt, hidden)
+
+    def reads_pairs(self, fmt: str, role: str, hidden: int | None = None) -> bool:
+        """Whether the step launches `role`'s GEMV for weights stored as `fmt`, in a card of width
+        `hidden`, on f16 pairs (the read "<fmt>_pairs"): qkv, gate_up and down under x_pairs, o under
+        o_pairs. The one place the step, the tuner and the benchmarks learn it from."""
+        if role in PAIRS_ROLES:
+            return self.x_pairs_for(fmt, hidden)
+        return role == "o" and self.o_pairs_for(fmt, hidden)
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""

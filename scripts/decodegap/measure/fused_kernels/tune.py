@@ -75,7 +75,6 @@ GEMV_CANDIDATES["int4_pairs"] = GEMV_CANDIDATES["int4_pairs"] + [
 GEMV_CANDIDATES["fp8_pairs"] = GEMV_CANDIDATES["fp8_pairs"] + [
     (*shape, False, None, False, None, words) for shape in ((4, 2048, 4), (4, 1024, 4), (8, 1024, 4), (8, 1024, 8), (8, 2048, 8))
     for words in (2, 4)]
-PAIRS_ROLES = ("qkv", "gate_up", "down")  # the roles whose input the step writes as f16 pairs under x_pairs
 # the H200 table's, then masked (pipelined) blocks at 4-8 programs a multiprocessor, shapes whose
 # shared memory lets them all be resident at once (fused_kernels.ahead: 21-39 KB at 2 stages)
 ATTENTION_CANDIDATES = [AttentionConfig(32, 2, 4, 2, True, "separate")] + [
@@ -167,7 +166,7 @@ def as_the_step_reads(table, fmt: str, role: str, hidden: int) -> tuple:
     in a card of width `hidden`: the read (READS: "int4_pairs" or "fp8_pairs" where the table has the
     lever x_pairs), its shape, and RoleBench.launch's input keywords (norm, x_fp32, x_pairs)."""
     norm = NORM_INPUT_OF[table.norm_for(fmt)]
-    if (role in PAIRS_ROLES or (role == "o" and table.o_pairs_for(fmt, hidden))) and table.x_pairs_for(fmt, hidden):
+    if table.reads_pairs(fmt, role, hidden):
         return f"{fmt}_pairs", table.gemv_for(f"{fmt}_pairs", role, hidden), {"norm": "none", "x_pairs": True}
     x32 = step_writes_input(role, norm) and table.x_fp32_for(fmt, hidden)
     return fmt, table.gemv_for(fmt, role, hidden), {"norm": norm, "x_fp32": bool(x32)}
@@ -374,13 +373,10 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
         for read in (fmt, f"{fmt}_pairs") if fmt in ("int4", "fp8") else (fmt,):
             per_role = timings["gemv"].setdefault(read, {})
             for ci, arch in enumerate(cards):
-                pairs = under.x_pairs_for(fmt, arch["hidden_size"])
-                # the roles reading f16 pairs at this width: o too where the table has the lever o_pairs (fp8)
-                pair_roles = PAIRS_ROLES + (("o",) if under.o_pairs_for(fmt, arch["hidden_size"]) else ())
                 for role in ROLES:
                     if role == "lm_head" and fmt != "dense":
                         continue  # the output projection stays bf16 in every path
-                    if read.endswith("_pairs") != (pairs and role in pair_roles):
+                    if read.endswith("_pairs") != under.reads_pairs(fmt, role, arch["hidden_size"]):
                         continue  # a read the step does not launch for this role at this width
                     if over(0.7 * (fi + 1) / len(formats)):
                         skipped.append(f"gemv {read} {role} card {ci}")
