@@ -74,3 +74,38 @@ def test_the_packed_kernel_reads_the_words_zeros_and_pairs_it_should(gen):
     assert float((out.float() - ref).norm() / ref.norm()) < 1e-2
     with pytest.raises(ValueError, match=r"x pairs must be int32 of shape \(5, 4, 16\)"):
         m.packed_gemv(op, xp[:4], out, 4, 256, 4, emulate=True)
+
+
+def test_x_dot_order_puts_each_words_nibbles_side_by_side():
+    """Position 8 i + n of a group holds x[16 n + i], the column of nibble n of word i (gemv.py's format)."""
+    m = _benchmark()
+    xq = m.x_dot_order(torch.arange(256, dtype=torch.float32))
+    assert xq.dtype == torch.float16 and xq.shape == (256,)
+    assert xq[8 * 3 + 5].item() == 16 * 5 + 3 and xq[128 + 8 * 15 + 7].item() == 128 + 16 * 7 + 15
+    with pytest.raises(ValueError, match="not whole groups of 128"):
+        m.x_dot_order(torch.zeros(200))
+
+
+@pytest.mark.parametrize("rows, groups, split, w_second", [(32, 1, 1, 0), (16, 2, 1, 1), (16, 1, 5, 1), (32, 2, 5, 1)])
+def test_the_tensor_core_kernel_matches_float32_on_the_steps_own_words(gen, rows, groups, split, w_second):
+    """tl.dot on the dequantized tile (1024 + q, the zero and 1024 taken off once a group) against float32
+    torch on the same weights: ragged rows (45), 10 groups, W as either operand, K split with atomics.
+    A wrong nibble order, zero or scale would miss by far more than f16's rounding of x."""
+    m = _benchmark()
+    op, x, w, _ = _case(m, 45, 1280, gen)
+    out = torch.full((45,), float("nan"))
+    m.dot_gemv(op, m.x_dot_order(x), out, rows, groups, split, 4, 2, w_second)
+    ref = w @ x.float()
+    assert float((out - ref).norm() / ref.norm()) < 1e-3
+
+
+def test_the_tensor_core_kernel_refuses_what_it_cannot_run(gen):
+    m = _benchmark()
+    op, x, _, _ = _case(m, 16, 640, gen)
+    xq, out = m.x_dot_order(x), torch.empty(16)
+    with pytest.raises(ValueError, match=r"x must be float16 of shape \(640,\)"):
+        m.dot_gemv(op, xq[:512], out, 16, 1, 1, 4, 2)
+    with pytest.raises(ValueError, match="out must be float32"):
+        m.dot_gemv(op, xq, out.to(torch.bfloat16), 16, 1, 1, 4, 2)
+    with pytest.raises(ValueError, match="5 groups do not split into 2 spans"):
+        m.dot_gemv(op, xq, out, 16, 1, 2, 4, 2)
