@@ -596,12 +596,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 step = next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
                              and "gemv_ms" in s), None)
                 if step:
-                    row["step_gemv_ms"], row["step_ms"], row["step_ctx"] = step["gemv_ms"], step["device_ms"], step["ctx"]
-                    row["gemv_over_twin"] = step["gemv_ms"] / twin_ms
-                    streamed = step["weight_bytes"] + step["kv_bytes"]
-                    row["target_TBps"] = TARGET_TBPS[fmt]
-                    row["target_step_ms"] = streamed / (TARGET_TBPS[fmt] * 1e12) * 1e3
-                    row["twin_alone_over_target"] = twin_ms / row["target_step_ms"]
+                    row.update(read_only_bound(row, step))
                 out.append(row)
                 run.say(ceiling_line(row))
             except Exception as exc:  # noqa: BLE001
@@ -612,6 +607,22 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                     torch.cuda.empty_cache()
 
 
+def read_only_bound(row, step) -> dict:
+    """A ceiling row (`row`) beside the step of its format measured in the same run (`step`, split kernel
+    by kernel): the step's GEMVs against the read-only launches, the time a step at the format's target
+    takes, and the bound: a step whose GEMVs ran as fast as the read-only launches, with the step's own
+    attention and rest (what one launch per matrix lets the step stream at most, as it is built)."""
+    fmt, twin_ms = row["format"], row["twin_ms"]
+    streamed = step["weight_bytes"] + step["kv_bytes"]
+    target_step_ms = streamed / (TARGET_TBPS[fmt] * 1e12) * 1e3
+    bound_ms = twin_ms + step["attention_ms"] + step["rest_ms"]
+    return {"step_gemv_ms": step["gemv_ms"], "step_ms": step["device_ms"], "step_ctx": step["ctx"],
+            "gemv_over_twin": step["gemv_ms"] / twin_ms, "target_TBps": TARGET_TBPS[fmt], "target_step_ms": target_step_ms,
+            "twin_alone_over_target": twin_ms / target_step_ms, "step_attention_ms": step["attention_ms"],
+            "step_rest_ms": step["rest_ms"], "bound_ms": bound_ms, "bound_TBps": streamed / bound_ms / 1e9,
+            "step_TBps": step["TBps"]}
+
+
 def ceiling_line(row) -> str:
     roles = " ".join(f"{r} {v['us']:.2f} us {v['GBps']:.0f} GB/s" for r, v in row["roles"].items())
     txt = (f"ceiling {row['model']:16s} {row['format']:5s}: {row['launches']} read-only launches of the step's "
@@ -620,7 +631,9 @@ def ceiling_line(row) -> str:
     if "step_gemv_ms" in row:
         txt += (f" | the step's GEMVs (ctx {row['step_ctx']}) {row['step_gemv_ms']:.3f} ms = {row['gemv_over_twin']:.2f}x the "
                 f"read-only launches; a step at the {row['target_TBps']} TB/s target takes {row['target_step_ms']:.3f} ms, the "
-                f"read-only launches alone {row['twin_alone_over_target']:.2f}x that")
+                f"read-only launches alone {row['twin_alone_over_target']:.2f}x that; with the step's attention and rest "
+                f"({row['step_attention_ms']:.3f} + {row['step_rest_ms']:.3f} ms) a step of read-only launches takes "
+                f"{row['bound_ms']:.3f} ms, {row['bound_TBps']:.2f} TB/s")
     return txt
 
 
@@ -1051,9 +1064,14 @@ def summary(run) -> None:
     ceil = [c for c in r.get("ceiling", []) if "twin_ms" in c]
     if ceil:
         print(f"\n{'model':16s} {'format':6s} {'GB':>7s} {'launches':>8s} {'read ms':>8s} {'TB/s':>6s} {'one ms':>8s} {'TB/s':>6s} "
-              f"{'GEMV ms':>8s} {'x read':>7s} {'target ms':>9s}")
+              f"{'GEMV ms':>8s} {'x read':>7s} {'target ms':>9s} {'bound ms':>8s} {'TB/s':>6s} {'target':>6s} {'step':>6s}")
+        steps_by = {(s["model"], FORMAT_OF.get(s["quant"])): s for s in reversed(steps) if "gemv_ms" in s}
         for c in ceil:
-            gm = f"{c['step_gemv_ms']:8.3f} {c['gemv_over_twin']:7.2f} {c['target_step_ms']:9.3f}" if "step_gemv_ms" in c else f"{'--':>8s} {'--':>7s} {'--':>9s}"
+            if "bound_ms" not in c and (c["model"], c["format"]) in steps_by:  # a file saved before the bound was kept
+                c = {**c, **read_only_bound(c, steps_by[(c["model"], c["format"])])}
+            gm = (f"{c['step_gemv_ms']:8.3f} {c['gemv_over_twin']:7.2f} {c['target_step_ms']:9.3f} {c['bound_ms']:8.3f} "
+                  f"{c['bound_TBps']:6.2f} {c['target_TBps']:6.2f} {c['step_TBps']:6.2f}") if "bound_ms" in c else \
+                f"{'--':>8s} {'--':>7s} {'--':>9s} {'--':>8s} {'--':>6s} {'--':>6s} {'--':>6s}"
             print(f"{c['model']:16s} {c['format']:6s} {c['bytes'] / 1e9:7.3f} {c['launches']:>8d} {c['twin_ms']:8.3f} {c['twin_TBps']:6.2f} "
                   f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
     att = r.get("attention", [])
@@ -1109,7 +1127,9 @@ def summary(run) -> None:
 def main(argv=None) -> int:
     t0 = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path, help="folder for floor_limit.json and tuned_launch_shapes.json")
+    ap.add_argument("--out", type=Path, help="folder for floor_limit.json and tuned_launch_shapes.json (required to measure)")
+    ap.add_argument("--summary", type=Path, metavar="JSON",
+                    help="print the summary of a saved floor_limit.json (no GPU; the read-only bound computed where it lacks it) and stop")
     ap.add_argument("--deadline-s", type=float, default=500, help="seconds from the start after which no new part or item starts")
     ap.add_argument("--models", nargs="+", default=["qwen2.5-7b", "mistral-7b-v0.3", "llama-3.1-8b"])
     ap.add_argument("--quant", nargs="+", default=["bf16", "fp8", "int4-triton", "int4-tinygemm"])
@@ -1131,6 +1151,21 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
     ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
     a = ap.parse_args(argv)
+    if a.summary:
+        try:
+            results = json.loads(a.summary.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"floor_limit --summary: cannot read {a.summary}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(results, dict) or "skipped" not in results:
+            print(f"floor_limit --summary: {a.summary} is not a floor_limit.json (no 'skipped' key)", file=sys.stderr)
+            return 2
+        run = Run(0, a.summary.parent, t0)
+        run.results = results
+        summary(run)
+        return 0
+    if a.out is None:
+        ap.error("--out is required to measure (or --summary JSON to print a saved run)")
 
     import torch
 

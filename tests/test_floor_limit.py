@@ -38,6 +38,8 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     ceiling = {c["format"]: c for c in got["ceiling"]}
     assert set(ceiling) == {"dense", "fp8", "int4"} and all(c["twin_ms"] > 0 and c["launches"] == 2 * 4 + 1 for c in ceiling.values())
     assert ceiling["fp8"]["bytes"] < ceiling["dense"]["bytes"] and "gemv_over_twin" in ceiling["dense"]  # steps ran first
+    dense, step = ceiling["dense"], steps["bf16"]  # the bound: the read-only launches plus the step's own attention and rest
+    assert dense["bound_ms"] == pytest.approx(dense["twin_ms"] + step["attention_ms"] + step["rest_ms"])
     stages = [g for g in got["stages"] if "us" in g]  # each role at Triton's default depth and each tried one, same result
     assert {g["format"] for g in stages} == {"dense", "fp8", "int4"} and len(stages) == 5 + 4 + 4
     assert all(set(g["us"]) == {"default", "1", "2"} and max(g["check"].values()) < 1e-4 for g in stages)
@@ -53,6 +55,45 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out
+
+
+def _saved_run(tmp_path, ceiling_extra=None):
+    """A floor_limit.json as the GPU writes it, one step and its format's ceiling (the figures of a real run's
+    Qwen-2.5-7B fp8 row), the ceiling saved before the bound was kept unless `ceiling_extra` adds it."""
+    step = {"model": "qwen2.5-7b", "quant": "fp8", "ctx": 2048, "device_ms": 2.375, "host_ms": 2.425, "weight_bytes": 7_621_000_000,
+            "kv_bytes": 117_497_856, "TBps": 3.26, "copy_fraction": 0.78, "gemv_ms": 2.086, "attention_ms": 0.163, "rest_ms": 0.126}
+    ceiling = {"model": "qwen2.5-7b", "format": "fp8", "bytes": 7_624_000_000, "launches": 113, "twin_ms": 1.892, "twin_TBps": 4.03,
+               "one_launch_ms": 1.651, "one_launch_TBps": 4.62, "copy_TBps": 4.19, "roles": {}, **(ceiling_extra or {})}
+    path = tmp_path / "floor_limit.json"
+    path.write_text(json.dumps({"skipped": [], "errors": [], "steps": [step], "ceiling": [ceiling]}))
+    return path, step, ceiling
+
+
+def test_the_read_only_bound_is_the_read_only_launches_plus_the_steps_attention_and_rest(tmp_path):
+    """What one launch per matrix lets the step stream at most, as it is built: were the attention or the
+    rest left out, the bound would flatter the step and a target it cannot reach would look reachable."""
+    m = _benchmark()
+    _, step, ceiling = _saved_run(tmp_path)
+    got = m.read_only_bound(ceiling, step)
+    assert got["bound_ms"] == pytest.approx(1.892 + 0.163 + 0.126)
+    assert got["bound_TBps"] == pytest.approx((7_621_000_000 + 117_497_856) / 2.181e-3 / 1e12)  # 3.55 TB/s
+    assert got["target_step_ms"] == pytest.approx((7_621_000_000 + 117_497_856) / 3.5e12 * 1e3)
+    assert got["gemv_over_twin"] == pytest.approx(2.086 / 1.892)
+
+
+def test_the_summary_of_a_saved_run_prints_the_bound_without_a_gpu(tmp_path, capsys):
+    m = _benchmark()
+    path, _, _ = _saved_run(tmp_path)
+    assert m.main(["--summary", str(path)]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("qwen2.5-7b       fp8 ")][-1]  # the ceiling table
+    assert line.split()[-3:] == ["3.55", "3.50", "3.26"]  # bound, target and the step, TB/s
+    (tmp_path / "other.json").write_text(json.dumps([1, 2]))
+    assert m.main(["--summary", str(tmp_path / "other.json")]) == 2
+    assert "is not a floor_limit.json" in capsys.readouterr().err
+    assert m.main(["--summary", str(tmp_path / "missing.json")]) == 2
+    with pytest.raises(SystemExit):
+        m.main(["--parts", "steps"])  # measuring needs --out
+    assert "--out is required" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("n_words", [1, 4095, 4096 * 4 + 7, 50_000])
