@@ -146,17 +146,21 @@ def gap_claims(numbers) -> list[str]:
             for q in ("bf16", "fp8", "int4-triton")}
     if not over["bf16"]["attention"] > over["bf16"]["gemv"]:  # "attention's fixed cost per layer more than the GEMVs"
         wrong.append(f"bf16: attention over its bytes {over['bf16']['attention']:.3f} ms is not more than the GEMVs' {over['bf16']['gemv']:.3f} ms")
-    for ctx in (2048, 8192, 16384):  # "Where the limit is": "0.20-0.22 ms over its bytes at ctx 2048-16384 for Qwen-2.5-7B"
+    for ctx in (2048, 8192, 16384):  # "Where the limit is": "0.20-0.23 ms over its bytes at ctx 2048-16384 for Qwen-2.5-7B"
         excess = gap_ms(numbers, "attention", "bf16", ctx) - gap_ms(numbers, "attention_at_copy", "bf16", ctx)
-        if not 0.195 <= excess < 0.225:
-            wrong.append(f"bf16 ctx {ctx}: attention over its bytes {excess:.3f} ms is not 0.20-0.22 ms")
-        for card in ("llama-3.1-8b", "mistral-7b-v0.3"):  # "0.23-0.29 ms for the 32/8 cards"
+        if not 0.195 <= excess < 0.235:
+            wrong.append(f"bf16 ctx {ctx}: attention over its bytes {excess:.3f} ms is not 0.20-0.23 ms")
+        for card in ("llama-3.1-8b", "mistral-7b-v0.3"):  # "0.23-0.30 ms for the 32/8 cards"
             excess = (gap_ms(numbers, "attention", "bf16", ctx, card) - gap_ms(numbers, "attention_at_copy", "bf16", ctx, card))
-            if not 0.225 <= excess < 0.295:
-                wrong.append(f"{card} bf16 ctx {ctx}: attention over its bytes {excess:.3f} ms is not 0.23-0.29 ms")
-    for q in ("fp8", "int4-triton"):  # "held by their GEMVs"
-        if not over[q]["gemv"] > max(over[q]["attention"], gap_ms(numbers, "other", q), gap_ms(numbers, "outside", q)):
-            wrong.append(f"{q}: the GEMVs over their bytes, {over[q]['gemv']:.3f} ms, are not the largest part of the gap")
+            if not 0.225 <= excess < 0.305:
+                wrong.append(f"{card} bf16 ctx {ctx}: attention over its bytes {excess:.3f} ms is not 0.23-0.30 ms")
+    q = "int4-triton"  # "The int4 step is held by its GEMVs"
+    if not over[q]["gemv"] > max(over[q]["attention"], gap_ms(numbers, "other", q), gap_ms(numbers, "outside", q)):
+        wrong.append(f"{q}: the GEMVs over their bytes, {over[q]['gemv']:.3f} ms, are not the largest part of the gap")
+    # "The fp8 step's GEMVs now come as close to their bytes as its attention does to its own": within 25 % of each other
+    if not 0.8 <= over["fp8"]["gemv"] / over["fp8"]["attention"] <= 1.25:
+        wrong.append(f"fp8: the GEMVs over their bytes ({over['fp8']['gemv']:.3f} ms) and attention over its own "
+                     f"({over['fp8']['attention']:.3f} ms) are not alike")
     return wrong
 
 
