@@ -25,6 +25,13 @@ Per card and role (qkv, o, gate_up, down as plain GEMVs, weights cycled past L2)
 at the table's int4 launch shape (plain `gemv.linear`), and the packed loop at a few shapes; microseconds,
 GB/s of the weights as stored (scales and zeros included), and each one's relative L2 against float32
 torch on the same dequantized weights and input.
+
+With --dot, also the tensor cores' way (`_dot_gemv_kernel`, the lever Marlin-style kernels pull): the
+same words as a tile of f16 1024 + q multiplied by x (in the words' order, padded to the dot's 16
+columns) with tl.dot, whose loop Triton pipelines through shared memory, beside the read-only kernel
+over the same bytes. On the H200 it took 2.15-3.09x the step loop's time
+(results/benchmarks/int4_dot_gemv_h200.txt): Triton moves the dequantized tile into the mma's layout
+through shared memory one 16-bit value at a time (--sass --dot: 5.2-11.4 instructions a weight).
 """
 
 from __future__ import annotations
