@@ -97,6 +97,7 @@ CHECK_TOL = {"bfloat16": 3e-2, "float32": 1e-4}  # relative L2 of a kernel again
 READ_SHAPES = ((2048, 1, 4), (4096, 1, 8), (4096, 4, 8), (4096, 16, 8), (8192, 8, 16))
 # the issue's targets, streamed bytes per second of the whole step (weights as stored without the embedding table, plus KV)
 TARGET_TBPS = {"dense": {2048: 3.9, 16384: 3.7}, "fp8": {2048: 3.5}, "int4": {2048: 2.9}}  # issue 28's, by the context it names
+FORMAT_OF = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight path whose own GEMVs read each storage format
 
 
 def target_TBps(fmt: str, ctx: int) -> float:
@@ -104,7 +105,6 @@ def target_TBps(fmt: str, ctx: int) -> float:
     log2: 8192 takes 16384's), since issue 28 names bf16's at 2048 (3.9 TB/s) and 16384 (3.7) only."""
     named = TARGET_TBPS[fmt]
     return named[min(named, key=lambda c: (abs(math.log2(c) - math.log2(ctx)), c))]
-FORMAT_OF = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight path whose own GEMVs read each storage format
 
 
 class Run:

@@ -57,13 +57,13 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert "== summary" in out and "tuned launch shapes:" in out
 
 
-def _saved_run(tmp_path, ceiling_extra=None):
+def _saved_run(tmp_path):
     """A floor_limit.json as the GPU writes it, one step and its format's ceiling (the figures of a real run's
-    Qwen-2.5-7B fp8 row), the ceiling saved before the bound was kept unless `ceiling_extra` adds it."""
+    Qwen-2.5-7B fp8 row), the ceiling saved before the bound was kept."""
     step = {"model": "qwen2.5-7b", "quant": "fp8", "ctx": 2048, "device_ms": 2.375, "host_ms": 2.425, "weight_bytes": 7_621_000_000,
             "kv_bytes": 117_497_856, "TBps": 3.26, "copy_fraction": 0.78, "gemv_ms": 2.086, "attention_ms": 0.163, "rest_ms": 0.126}
     ceiling = {"model": "qwen2.5-7b", "format": "fp8", "bytes": 7_624_000_000, "launches": 113, "twin_ms": 1.892, "twin_TBps": 4.03,
-               "one_launch_ms": 1.651, "one_launch_TBps": 4.62, "copy_TBps": 4.19, "roles": {}, **(ceiling_extra or {})}
+               "one_launch_ms": 1.651, "one_launch_TBps": 4.62, "copy_TBps": 4.19, "roles": {}}
     path = tmp_path / "floor_limit.json"
     path.write_text(json.dumps({"skipped": [], "errors": [], "steps": [step], "ceiling": [ceiling]}))
     return path, step, ceiling
