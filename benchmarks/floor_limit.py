@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--smoke]
+        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -26,6 +26,14 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              distinct buffers (no L2 reuse); beside it one launch reading all of those bytes. Set against
              the step's own GEMV time (steps) and the issue's bandwidth targets, it says whether a
              step built of one launch per matrix could reach them, whatever its GEMVs did
+  persistent what one persistent launch streams against one launch a matrix (benchmarks/persistent_chain.py):
+             the step's weight bytes in each format (as ceiling counts them, back to back in one
+             buffer) read one launch a matrix, by SMs x k resident programs with a grid barrier after
+             each matrix (with and without each program prefetching its first lines of the next
+             matrix into L2 before it waits) and without barriers, the best of a few shapes each; then
+             the bf16 GEMVs as a chain (each x the y before) persistent against one launch a matrix,
+             checked against float32 torch on NaN-poisoned outputs. With the step's attention and rest
+             from steps, the bound a persistent GEMV phase would give the step
   attention  decode attention per layer at each --attn-ctx for each head layout of the cards: ours
              with each lever and shape beside SDPA's flash, cuDNN and dispatcher kernels (us/layer)
   levers     the step with each lever on and off side by side (programmatic dependent launch, alone
@@ -84,7 +92,7 @@ from decodegap.core.config import load_gpu, load_models
 
 # the levers part's pdl_prefetch variants: (loop steps of W prefetched before PDL's wait, by how many programs a multiprocessor)
 PDL_PREFETCH = ((1, 2), (1, 8), (4, 2), (4, 8))
-PARTS = ("checks", "steps", "ceiling", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "persistent", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
 # the lever load_ahead's variants, (read, roles): the roles whose loops ptxas keeps (does not unroll) on sm_90
@@ -550,7 +558,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
     import torch
 
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune import L2_FLUSH_BYTES, RoleBench, graph_us
+    from decodegap.measure.fused_kernels.tune import L2_FLUSH_BYTES, graph_us
 
     out = run.results.setdefault("ceiling", [])
     n_dev = 20 if device.type == "cuda" else 1
@@ -562,13 +570,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 continue
             try:
                 roles = [r for r in fk.ROLES if r != "lm_head"]
-                launch_bytes = {}
-                for role in roles + ["lm_head"]:  # what the step's GEMV of each role reads, as RoleBench counts it
-                    bench = RoleBench(role, fmt if role != "lm_head" else "dense", a, device, dtype, copies=1,
-                                      qkv_bias=cards[key].model_type == "qwen2")
-                    launch_bytes[role] = bench.bytes
-                    del bench
-                words = {role: -(-b // 4) for role, b in launch_bytes.items()}
+                words = {role: -(-b // 4) for role, b in step_launch_bytes(cards[key], fmt, device, dtype).items()}
                 total_words = layers * sum(words[r] for r in roles) + words["lm_head"]
                 sink = torch.empty(-(-total_words // min(b * i for b, i, _ in read_shapes(device))), dtype=torch.int32, device=device)
                 best = {}
@@ -613,6 +615,182 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
             finally:
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+
+
+def sibling(name: str):
+    """Another benchmark of this folder as a module (benchmarks/ is no package, and tests load this
+    file by its path)."""
+    import importlib.util
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
+    """Part persistent (benchmarks/persistent_chain.py): the step's weight bytes in each format read by
+    one launch a matrix, by one persistent launch with a grid barrier after each matrix (with and
+    without each program prefetching the next matrix's first lines before it waits) and without the
+    barriers; then the bf16 GEMVs themselves as a chain, persistent against one launch a matrix.
+    Each variant is checked before it is timed (the read sums, the GEMV chain against float32)."""
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+
+    pc = sibling("persistent_chain")
+    gpu = device.type == "cuda"
+    n_dev = 20 if gpu else 1
+    chain = pc.Chain(device, fk.sm_count_of(device))
+    out = run.results.setdefault("persistent", [])
+    read_shapes = pc.READ_SHAPES if gpu else (pc.CPU_READ_SHAPE,)
+    gemv_shapes = pc.GEMV_SHAPES if gpu else (pc.CPU_GEMV_SHAPE,)
+
+    def timed(fn, what):
+        ms = device_ms(capture(fn, device), n_dev, device)
+        chain.check_flag(what)
+        return ms
+
+    for key in models:
+        card, a = cards[key], cards[key].architecture
+        for fmt in formats_of(quants):
+            if not run.enough(f"persistent {key} {fmt}", 60):
+                continue
+            buf = None
+            try:
+                by_role = {role: -(-b // 4) for role, b in step_launch_bytes(card, fmt, device, dtype).items()}
+                words = [by_role[role] for role, _, _ in pc.step_shapes(a)]
+                starts = pc.word_starts(words, device)
+                host = starts.tolist()
+                buf = torch.ones(host[-1], dtype=torch.int32, device=device)  # ones: each program's sum counts its words
+                row = {"model": key, "format": fmt, "bytes": 4 * host[-1], "matrices": len(words), "sm_count": chain.sm_count,
+                       "copy_TBps": copy_Bps / 1e12, "shapes": {}}
+                variants = {"launches": lambda sh: pc.read_chain_launches(chain, buf, starts, sh, host),
+                            "no_barrier": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=False),
+                            "barrier": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True)}
+                if gpu:
+                    variants["barrier_prefetch"] = lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True, pf_lines=pc.PF_LINES)
+                for shape in read_shapes:
+                    for name, fn in variants.items():
+                        label = f"{name} {'/'.join(map(str, shape))}"
+                        try:
+                            chain.sink.zero_()
+                            fn(shape)
+                            got = int(chain.sink.sum())
+                            if got != host[-1]:
+                                raise RuntimeError(f"read {got} words of {host[-1]}")
+                            row["shapes"][label] = timed(lambda fn=fn, shape=shape: fn(shape), f"read chain {label}")
+                        except Exception as exc:  # noqa: BLE001 - a shape that cannot stay resident is a line
+                            row["shapes"][label] = first_line(exc)
+                for name in variants:
+                    ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
+                    if ok:
+                        best = min(ok, key=ok.get)
+                        row[name] = {"shape": best.split(" ")[1], "ms": ok[best], "TBps": row["bytes"] / ok[best] / 1e9}
+                step = persistent_step(run, key, fmt)
+                if step and "barrier" in row:
+                    row.update(persistent_bound(row, step))
+                out.append(row)
+                run.say(persistent_line(row))
+            except Exception as exc:  # noqa: BLE001
+                out.append({"model": key, "format": fmt, "error": first_line(exc)})
+                run.say(f"persistent {key} {fmt}: {first_line(exc)}")
+            finally:
+                del buf
+                if gpu:
+                    torch.cuda.empty_cache()
+        if "dense" in formats_of(quants) and run.enough(f"persistent {key} GEMV chain", 60):
+            measure_one(run, out, f"persistent {key} GEMV chain", {"model": key, "format": "dense", "chain": "gemv"}, device,
+                        lambda key=key, a=a: gemv_chain_row(run, pc, chain, key, a, device, gemv_shapes, timed))
+
+
+def gemv_chain_row(run, pc, chain, key, arch, device, shapes, timed) -> dict:
+    """The step's bf16 GEMVs as one chain: each shape persistent (barrier a matrix) and as one launch a
+    matrix, each checked against float32 torch on NaN-poisoned outputs before it is timed."""
+    import torch
+
+    dims = pc.gemv_chain_shapes(arch)
+    meta, n_w, n_act = pc.gemv_layout(dims, device)
+    w = torch.empty(n_w, dtype=torch.bfloat16, device=device)
+    for (w0, n, k, _, _) in meta.view(-1, 5).tolist():  # scaled so that x keeps its size down the chain
+        w[w0:w0 + n * k].normal_(0, k ** -0.5)
+    act = torch.zeros(n_act, dtype=torch.float32, device=device)
+    act[:dims[0][1]] = torch.randn(dims[0][1], device=device)
+    rows = [n for n, _ in dims]
+    row = {"model": key, "format": "dense", "chain": "gemv", "matrices": len(dims), "bytes": 2 * sum(n * k for n, k in dims),
+           "shapes": {}, "errors": {}}
+    for shape in shapes:
+        for name, fn in (("launches", lambda sh: pc.gemv_chain_launches(chain, w, meta, act, sh, rows)),
+                         ("barrier", lambda sh: pc.gemv_chain(chain, w, meta, act, sh, barrier=True))):
+            label = f"{name} {'/'.join(map(str, shape))}"
+            try:
+                err = pc.gemv_chain_error(chain, w, meta, act, shape, barrier=True, launches=name == "launches")
+                row["errors"][label] = err
+                if not err < 1e-3:
+                    raise RuntimeError(f"relative L2 {err:.2e} against float32 torch (a barrier let x be read before it was written?)")
+                row["shapes"][label] = timed(lambda fn=fn, shape=shape: fn(shape), f"GEMV chain {label}")
+            except Exception as exc:  # noqa: BLE001
+                row["shapes"][label] = first_line(exc)
+    for name in ("launches", "barrier"):
+        ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
+        if ok:
+            best = min(ok, key=ok.get)
+            row[name] = {"shape": best.split(" ")[1], "ms": ok[best], "TBps": row["bytes"] / ok[best] / 1e9}
+    step = persistent_step(run, key, "dense")
+    if step and "barrier" in row:
+        row.update(persistent_bound(row, step))
+    run.say(persistent_line(row))
+    return row
+
+
+def persistent_step(run, key: str, fmt: str) -> dict | None:
+    """The step of this card and format measured in this run (part steps), split kernel by kernel."""
+    quant = next(q for q, f in FORMAT_OF.items() if f == fmt)
+    return next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
+                 and "gemv_ms" in s), None)
+
+
+def persistent_bound(row, step) -> dict:
+    """A persistent row beside the step of its format from the same run: the fastest barrier chain in
+    place of the step's GEMVs, with the step's own attention and rest (the launches those keep), and
+    the step at the format's target."""
+    streamed = step["weight_bytes"] + step["kv_bytes"]
+    target = target_TBps(row["format"], step["ctx"])
+    bound_ms = row["barrier"]["ms"] + step["attention_ms"] + step["rest_ms"]
+    return {"step_ctx": step["ctx"], "step_ms": step["device_ms"], "step_gemv_ms": step["gemv_ms"], "step_TBps": step["TBps"],
+            "step_attention_ms": step["attention_ms"], "step_rest_ms": step["rest_ms"], "target_TBps": target,
+            "target_step_ms": streamed / (target * 1e12) * 1e3, "bound_ms": bound_ms, "bound_TBps": streamed / bound_ms / 1e9}
+
+
+def persistent_line(row) -> str:
+    what = "bf16 GEMV chain" if row.get("chain") == "gemv" else f"{row['format']:5s} read chain"
+    parts = [f"{name} {row[name]['ms']:.3f} ms {row[name]['TBps']:.2f} TB/s ({row[name]['shape']})"
+             for name in ("launches", "no_barrier", "barrier", "barrier_prefetch") if name in row]
+    txt = f"persistent {row['model']:16s} {what}: {row['bytes'] / 1e9:.3f} GB in {row['matrices']} matrices: " + "; ".join(parts)
+    if "launches" in row and "barrier" in row:
+        txt += f"; persistent {row['launches']['ms'] / row['barrier']['ms']:.2f}x as fast as a launch a matrix"
+    if "bound_ms" in row:
+        txt += (f" | with the step's attention and rest ({row['step_attention_ms']:.3f} + {row['step_rest_ms']:.3f} ms) a step "
+                f"{row['bound_ms']:.3f} ms, {row['bound_TBps']:.2f} TB/s (target {row['target_TBps']}, {row['target_step_ms']:.3f} ms; "
+                f"the step {row['step_ms']:.3f} ms, {row['step_TBps']:.2f} TB/s)")
+    return txt
+
+
+def step_launch_bytes(card, fmt: str, device, dtype) -> dict:
+    """What the step's GEMV of each role reads in storage format `fmt` (the output projection dense), as
+    tune.RoleBench counts it: the weight as stored, scales and biases, x, and the residual read."""
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune import RoleBench
+
+    out = {}
+    for role in fk.ROLES:
+        bench = RoleBench(role, fmt if role != "lm_head" else "dense", card.architecture, device, dtype, copies=1,
+                          qkv_bias=card.model_type == "qwen2")
+        out[role] = bench.bytes
+        del bench
+    return out
 
 
 def read_only_bound(row, step) -> dict:
@@ -1083,6 +1261,16 @@ def summary(run) -> None:
                 f"{'--':>8s} {'--':>7s} {'--':>9s} {'--':>8s} {'--':>6s} {'--':>6s} {'--':>6s}"
             print(f"{c['model']:16s} {c['format']:6s} {c['bytes'] / 1e9:7.3f} {c['launches']:>8d} {c['twin_ms']:8.3f} {c['twin_TBps']:6.2f} "
                   f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
+    pers = [p for p in r.get("persistent", []) if "launches" in p or "barrier" in p]
+    if pers:
+        names = ("launches", "no_barrier", "barrier", "barrier_prefetch")
+        print(f"\n{'model':16s} {'chain':10s} {'GB':>7s} " + " ".join(f"{n:>16s}" for n in names)
+              + f" {'bound ms':>8s} {'TB/s':>6s} {'target':>6s}  (ms and TB/s of the weights; bound: fastest barrier + the step's attention and rest)")
+        for p in pers:
+            cells = [f"{p[n]['ms']:7.3f} {p[n]['TBps']:5.2f}" if n in p else "--" for n in names]
+            bound = f"{p['bound_ms']:8.3f} {p['bound_TBps']:6.2f} {p['target_TBps']:6.2f}" if "bound_ms" in p else f"{'--':>8s} {'--':>6s} {'--':>6s}"
+            what = "bf16 GEMV" if p.get("chain") == "gemv" else f"{p['format']} read"
+            print(f"{p['model']:16s} {what:10s} {p['bytes'] / 1e9:7.3f} " + " ".join(f"{c:>16s}" for c in cells) + f" {bound}")
     att = r.get("attention", [])
     if att:
         print(f"\n{'layout':10s} {'ctx':>6s} {'ours best (variant)':>34s} {'flash':>8s} {'cudnn':>8s} {'dispatch':>8s}  us/layer")
@@ -1225,6 +1413,8 @@ def main(argv=None) -> int:
                 run.part(name, run_attention, run, cards, a.models, a.attn_ctx, device, dtype)
             elif name == "ceiling":
                 run.part(name, run_ceiling, run, cards, model_parts, a.quant, device, dtype, copy_Bps)
+            elif name == "persistent":
+                run.part(name, run_persistent, run, cards, model_parts, a.quant, device, dtype, copy_Bps)
             elif name == "steps":
                 run.part(name, run_steps, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "layout":
