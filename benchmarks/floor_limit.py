@@ -669,9 +669,13 @@ def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
                        "copy_TBps": copy_Bps / 1e12, "shapes": {}}
                 variants = {"launches": lambda sh: pc.read_chain_launches(chain, buf, starts, sh, host),
                             "no_barrier": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=False),
-                            "barrier": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True)}
-                if gpu:
-                    variants["barrier_prefetch"] = lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True, pf_lines=pc.PF_LINES)
+                            "barrier": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True),
+                            "barrier_1counter": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True, counters=1),
+                            "barrier_ahead": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True, ahead=True)}
+                if "barrier_us" not in run.results:  # what a barrier costs alone, with one counter and with several
+                    run.results["barrier_us"] = {f"{c} counters {'/'.join(map(str, read_shapes[0]))}":
+                                                 pc.barrier_us(chain, len(words), read_shapes[0], counters=c) for c in (1, pc.COUNTERS)}
+                    run.say("a grid barrier alone: " + "; ".join(f"{k} {v:.2f} us" for k, v in run.results["barrier_us"].items()))
                 for shape in read_shapes:
                     for name, fn in variants.items():
                         label = f"{name} {'/'.join(map(str, shape))}"
@@ -723,17 +727,19 @@ def gemv_chain_row(run, pc, chain, key, arch, device, shapes, timed) -> dict:
            "shapes": {}, "errors": {}}
     for shape in shapes:
         for name, fn in (("launches", lambda sh: pc.gemv_chain_launches(chain, w, meta, act, sh, rows)),
-                         ("barrier", lambda sh: pc.gemv_chain(chain, w, meta, act, sh, barrier=True))):
+                         ("barrier", lambda sh: pc.gemv_chain(chain, w, meta, act, sh, barrier=True)),
+                         ("barrier_ahead", lambda sh: pc.gemv_chain(chain, w, meta, act, sh, barrier=True, ahead=True))):
             label = f"{name} {'/'.join(map(str, shape))}"
             try:
-                err = pc.gemv_chain_error(chain, w, meta, act, shape, barrier=True, launches=name == "launches")
+                err = pc.gemv_chain_error(chain, w, meta, act, shape, barrier=True, launches=name == "launches",
+                                          ahead=name == "barrier_ahead")
                 row["errors"][label] = err
                 if not err < 1e-3:
                     raise RuntimeError(f"relative L2 {err:.2e} against float32 torch (a barrier let x be read before it was written?)")
                 row["shapes"][label] = timed(lambda fn=fn, shape=shape: fn(shape), f"GEMV chain {label}")
             except Exception as exc:  # noqa: BLE001
                 row["shapes"][label] = first_line(exc)
-    for name in ("launches", "barrier"):
+    for name in ("launches", "barrier", "barrier_ahead"):
         ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
         if ok:
             best = min(ok, key=ok.get)
@@ -758,19 +764,24 @@ def persistent_bound(row, step) -> dict:
     the step at the format's target."""
     streamed = step["weight_bytes"] + step["kv_bytes"]
     target = target_TBps(row["format"], step["ctx"])
-    bound_ms = row["barrier"]["ms"] + step["attention_ms"] + step["rest_ms"]
+    bound_ms = min(row[n]["ms"] for n in PERSISTENT_BARRIERS if n in row) + step["attention_ms"] + step["rest_ms"]
     return {"step_ctx": step["ctx"], "step_ms": step["device_ms"], "step_gemv_ms": step["gemv_ms"], "step_TBps": step["TBps"],
             "step_attention_ms": step["attention_ms"], "step_rest_ms": step["rest_ms"], "target_TBps": target,
             "target_step_ms": streamed / (target * 1e12) * 1e3, "bound_ms": bound_ms, "bound_TBps": streamed / bound_ms / 1e9}
 
 
+PERSISTENT_BARRIERS = ("barrier", "barrier_1counter", "barrier_ahead", "barrier_prefetch")  # the persistent variants with barriers
+PERSISTENT_VARIANTS = ("launches", "no_barrier") + PERSISTENT_BARRIERS  # barrier_prefetch: the first run's (L2 prefetch, since dropped)
+
+
 def persistent_line(row) -> str:
     what = "bf16 GEMV chain" if row.get("chain") == "gemv" else f"{row['format']:5s} read chain"
     parts = [f"{name} {row[name]['ms']:.3f} ms {row[name]['TBps']:.2f} TB/s ({row[name]['shape']})"
-             for name in ("launches", "no_barrier", "barrier", "barrier_prefetch") if name in row]
+             for name in PERSISTENT_VARIANTS if name in row]
     txt = f"persistent {row['model']:16s} {what}: {row['bytes'] / 1e9:.3f} GB in {row['matrices']} matrices: " + "; ".join(parts)
-    if "launches" in row and "barrier" in row:
-        txt += f"; persistent {row['launches']['ms'] / row['barrier']['ms']:.2f}x as fast as a launch a matrix"
+    barriers = [row[n]["ms"] for n in PERSISTENT_BARRIERS if n in row]
+    if "launches" in row and barriers:
+        txt += f"; the fastest persistent {row['launches']['ms'] / min(barriers):.2f}x as fast as a launch a matrix"
     if "bound_ms" in row:
         txt += (f" | with the step's attention and rest ({row['step_attention_ms']:.3f} + {row['step_rest_ms']:.3f} ms) a step "
                 f"{row['bound_ms']:.3f} ms, {row['bound_TBps']:.2f} TB/s (target {row['target_TBps']}, {row['target_step_ms']:.3f} ms; "
@@ -1263,9 +1274,11 @@ def summary(run) -> None:
                   f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
     pers = [p for p in r.get("persistent", []) if "launches" in p or "barrier" in p]
     if pers:
-        names = ("launches", "no_barrier", "barrier", "barrier_prefetch")
+        names = [n for n in PERSISTENT_VARIANTS if any(n in p for p in pers)]
+        if r.get("barrier_us"):
+            print("\na grid barrier alone: " + "; ".join(f"{k} {v:.2f} us" for k, v in r["barrier_us"].items()))
         print(f"\n{'model':16s} {'chain':10s} {'GB':>7s} " + " ".join(f"{n:>16s}" for n in names)
-              + f" {'bound ms':>8s} {'TB/s':>6s} {'target':>6s}  (ms and TB/s of the weights; bound: fastest barrier + the step's attention and rest)")
+              + f" {'bound ms':>8s} {'TB/s':>6s} {'target':>6s}  (ms and TB/s of the weights; bound: fastest with barriers + the step's attention and rest)")
         for p in pers:
             cells = [f"{p[n]['ms']:7.3f} {p[n]['TBps']:5.2f}" if n in p else "--" for n in names]
             bound = f"{p['bound_ms']:8.3f} {p['bound_TBps']:6.2f} {p['target_TBps']:6.2f}" if "bound_ms" in p else f"{'--':>8s} {'--':>6s} {'--':>6s}"

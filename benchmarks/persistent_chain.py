@@ -39,84 +39,124 @@ import time
 import triton
 import triton.language as tl
 
-from decodegap.measure.fused_kernels.common import prefetch_l2
-
 SPIN_LIMIT = 1 << 22  # polls of the barrier's counter before a program gives up (about 4 s at ~1 us a poll)
-LINE_WORDS = 32  # int32 words in a 128-byte line: each matrix of the read chain starts on one, its prefetch goes one at a time
+LINE_WORDS = 32  # int32 words in a 128-byte line: each matrix of the read chain starts on one, each barrier counter has one
 LINE = tl.constexpr(LINE_WORDS)
 ALIGN_ELEMENTS = 16  # the GEMV chain's matrices, rows and activations start on 16 elements (32 bytes)
 ALIGN = tl.constexpr(ALIGN_ELEMENTS)
 # an H100/H200 multiprocessor (sm_90): what bounds how many programs stay resident at once
 SM_REGISTERS, SM_WARPS, SM_CTAS, SM_SHARED_BYTES = 65536, 64, 32, 228 * 1024
 # (BLOCK int32 words a load, UNROLL loads in flight a loop step, warps, programs a multiprocessor)
-READ_SHAPES = ((4096, 2, 8, 1), (4096, 4, 8, 1), (2048, 4, 4, 2), (4096, 2, 8, 2), (2048, 2, 4, 4))
+READ_SHAPES = ((4096, 2, 8, 2), (2048, 2, 4, 4), (2048, 2, 4, 6), (1024, 4, 4, 8))  # one a multiprocessor streams too little
 # (R rows a program at a time, BK columns a loop step, warps, programs a multiprocessor)
-GEMV_SHAPES = ((4, 1024, 4, 2), (8, 512, 4, 2), (4, 512, 4, 4), (2, 1024, 4, 4), (8, 1024, 8, 1))
+GEMV_SHAPES = ((4, 512, 4, 4), (8, 512, 4, 2), (2, 1024, 4, 4), (4, 512, 4, 6), (2, 512, 4, 8))
 CPU_READ_SHAPE, CPU_GEMV_SHAPE = (4096, 2, 1, 1), (16, 256, 1, 1)  # the interpreter: few, large steps
 _SPIN = tl.constexpr(SPIN_LIMIT)
-PF_LINES = 8  # the prefetching variant: lines of the next matrix each program fetches into L2 before it waits
+COUNTERS = 8  # the barrier's arrival counters (a line apart): programs spread over them
+MAX_COUNTERS = 32
 
 
 @triton.jit
-def grid_sync(counter_ptr, flag_ptr, target):
-    """Arrive at the barrier (the program's writes released before the count goes up), then poll until
-    `target` programs have arrived, at most SPIN_LIMIT times; a program that gives up raises the flag.
-    The counter only grows within a launch (barrier j waits for programs x j arrivals): the launch's
-    caller zeroes it first. The block's threads meet first: one thread arrives for all of them, and its
-    release orders only what the block wrote before that meeting (CUDA's grid sync does the same)."""
+def grid_sync(counter_ptr, flag_ptr, target, pid, NC: tl.constexpr):
+    """Arrive at the barrier, then poll until `target` programs have arrived, at most SPIN_LIMIT times;
+    a program that gives up raises the flag. Arrivals go to NC counters a line apart (program pid to
+    counter pid % NC: fewer atomics queue on one address) and the wait reads them all with plain loads
+    (no read-modify-write to queue behind the arrivals). The counters only grow within a launch
+    (barrier j waits for programs x j arrivals): the launch's caller zeroes them first.
+    The block's threads meet before the arrival, since one thread arrives for all of them and its
+    release orders only what the block wrote before the meeting, and again after the acquire, so that
+    none of them reads what another program wrote before it is visible (CUDA's grid sync does the same)."""
     tl.debug_barrier()
-    seen = tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu") + 1
+    mine = counter_ptr + (pid % NC) * LINE
+    tl.atomic_add(mine, 1, sem="release", scope="gpu")
+    lines = counter_ptr + tl.arange(0, NC) * LINE
+    seen = tl.sum(tl.load(lines, volatile=True), axis=0)
     polls = 0
     while (seen < target) & (polls < _SPIN):
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        seen = tl.sum(tl.load(lines, volatile=True), axis=0)
         polls += 1
+    tl.atomic_add(mine, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
     if seen < target:
         tl.atomic_or(flag_ptr, 1)
 
 
 @triton.jit
+def _read_chunk(w_ptr, starts_ptr, m, last, c, SPAN: tl.constexpr):
+    """Chunk c (SPAN words) of matrix m as one load, nothing where m is past the last matrix."""
+    mm = tl.minimum(m, last - 1)
+    start = tl.multiple_of(tl.load(starts_ptr + mm), LINE)
+    end = tl.multiple_of(tl.load(starts_ptr + mm + 1), LINE)
+    offs = start + c * SPAN + tl.arange(0, SPAN)
+    return tl.load(w_ptr + offs, mask=(offs < end) & (m < last), other=0)
+
+
+@triton.jit
 def read_chain_kernel(w_ptr, starts_ptr, first, last, counter_ptr, flag_ptr, out_ptr, BLOCK: tl.constexpr,
-                      UNROLL: tl.constexpr, BARRIER: tl.constexpr, PF: tl.constexpr):
-    """Matrices first..last-1 (words starts[m]..starts[m+1] of w) read by the programs in turn,
-    UNROLL x BLOCK words a loop step, a sum a program added to out[pid] (so the loads stay, and the
-    caller can check that every word was read once); with BARRIER a grid
-    barrier after each matrix, and with PF each program's first PF lines of the next matrix
-    prefetched into L2 before it waits. `starts` holds one entry past the last matrix's end."""
+                      UNROLL: tl.constexpr, BARRIER: tl.constexpr, AHEAD: tl.constexpr, NC: tl.constexpr):
+    """Matrices first..last-1 (words starts[m]..starts[m+1] of w, each starting on a line) read by the
+    programs in turn, UNROLL x BLOCK words a loop step, a sum a program added to out[pid] (so the
+    loads stay, and the caller can check that every word was read once); with BARRIER a grid barrier
+    after each matrix (NC counters), and with AHEAD each program's first chunk of the next matrix
+    loaded before it waits (its loads in flight through the wait) and summed after."""
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     acc = tl.zeros([BLOCK], dtype=tl.int32)
-    span = BLOCK * UNROLL
+    ahead = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), axis=0)
+    span: tl.constexpr = BLOCK * UNROLL
+    pre = tl.zeros([span], dtype=tl.int32)
+    if AHEAD:
+        pre = _read_chunk(w_ptr, starts_ptr, first, last, pid.to(tl.int64), span)
     m = first
     while m < last:  # while, not range: Triton's interpreter cannot range over a run-time bound
         start = tl.multiple_of(tl.load(starts_ptr + m), LINE)  # word_starts aligns every matrix to a line:
         end = tl.multiple_of(tl.load(starts_ptr + m + 1), LINE)  # the hints let the loads go 128 bits wide
         c = pid.to(tl.int64)
+        if AHEAD:
+            ahead += tl.sum(pre, axis=0)  # chunk pid, loaded before the barrier
+            c += n_prog
         while start + c * span < end:
             base = start + c * span
             for u in tl.static_range(UNROLL):
                 offs = base + u * BLOCK + tl.arange(0, BLOCK)
                 acc += tl.load(w_ptr + offs, mask=offs < end, other=0)
             c += n_prog
+        if AHEAD:
+            pre = _read_chunk(w_ptr, starts_ptr, m + 1, last, pid.to(tl.int64), span)
         if BARRIER:
-            if PF > 0:
-                nxt_end = tl.load(starts_ptr + m + 2)
-                lines = end + pid.to(tl.int64) * span + tl.arange(0, PF) * LINE
-                prefetch_l2(w_ptr + tl.minimum(lines, tl.maximum(nxt_end - 1, 0)))  # not pure: stays though unused
-            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1))
+            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1), pid, NC)
         m += 1
-    tl.atomic_add(out_ptr + pid, tl.sum(acc, axis=0))  # added, not stored: launches a matrix share the sums
+    tl.atomic_add(out_ptr + pid, tl.sum(acc, axis=0) + ahead)  # added, not stored: launches a matrix share the sums
+
+
+@triton.jit
+def _first_tile(w_ptr, meta_ptr, m, last, pid, R: tl.constexpr, BK: tl.constexpr):
+    """The first R x BK tile of row block pid of matrix m (nothing where m is past the last)."""
+    mm = tl.minimum(m, last - 1)
+    w0 = tl.multiple_of(tl.load(meta_ptr + 5 * mm), ALIGN)
+    n = tl.load(meta_ptr + 5 * mm + 1).to(tl.int32)
+    k = tl.multiple_of(tl.load(meta_ptr + 5 * mm + 2).to(tl.int32), ALIGN)
+    rows = pid * R + tl.arange(0, R)
+    cols = tl.arange(0, BK)
+    return tl.load(w_ptr + w0 + rows[:, None].to(tl.int64) * k + cols[None, :],
+                   mask=((rows < n) & (m < last))[:, None] & (cols < k)[None, :], other=0.0)
 
 
 @triton.jit
 def gemv_chain_kernel(w_ptr, meta_ptr, act_ptr, first, last, counter_ptr, flag_ptr, R: tl.constexpr, BK: tl.constexpr,
-                      BARRIER: tl.constexpr):
+                      BARRIER: tl.constexpr, AHEAD: tl.constexpr, NC: tl.constexpr):
     """y = W x for matrices first..last-1, each row-major bf16 in w (meta row m: its first element,
     N, K, where its x starts in act and where its y goes in act), float32 sums; R rows a program at
-    a time, BK columns a loop step; with BARRIER a grid barrier after each matrix. x is loaded past
-    L1 (.cg): another multiprocessor wrote it within this launch."""
+    a time, BK columns a loop step; with BARRIER a grid barrier after each matrix (NC counters), and
+    with AHEAD each program's first weight tile of the next matrix loaded before it waits (W does not
+    depend on the barrier, only x does). x is loaded past L1 (.cg): another multiprocessor wrote it
+    within this launch."""
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     cols0 = tl.arange(0, BK)
+    w_pre = tl.zeros([R, BK], dtype=w_ptr.dtype.element_ty)
+    if AHEAD:
+        w_pre = _first_tile(w_ptr, meta_ptr, first, last, pid, R, BK)
     m = first
     while m < last:
         # gemv_layout aligns every start and refuses a K off ALIGN: the hints let W's loads go 128 bits wide
@@ -132,7 +172,13 @@ def gemv_chain_kernel(w_ptr, meta_ptr, act_ptr, first, last, counter_ptr, flag_p
             w_rows = w_ptr + w0 + rows[:, None].to(tl.int64) * k
             acc = tl.zeros([R, BK], dtype=tl.float32)
             # each step's tile loaded a step ahead (a while loop is not software-pipelined)
-            w = tl.load(w_rows + cols0[None, :], mask=rmask[:, None] & (cols0 < k)[None, :], other=0.0)
+            if AHEAD:
+                if b == pid:
+                    w = w_pre  # loaded before the barrier
+                else:
+                    w = tl.load(w_rows + cols0[None, :], mask=rmask[:, None] & (cols0 < k)[None, :], other=0.0)
+            else:
+                w = tl.load(w_rows + cols0[None, :], mask=rmask[:, None] & (cols0 < k)[None, :], other=0.0)
             k0 = 0
             while k0 < k:
                 cols = k0 + cols0
@@ -144,8 +190,10 @@ def gemv_chain_kernel(w_ptr, meta_ptr, act_ptr, first, last, counter_ptr, flag_p
                 k0 += BK
             tl.store(act_ptr + y0 + rows, tl.sum(acc, axis=1), mask=rmask)
             b += n_prog
+        if AHEAD:
+            w_pre = _first_tile(w_ptr, meta_ptr, m + 1, last, pid, R, BK)
         if BARRIER:
-            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1))
+            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1), pid, NC)
         m += 1
 
 
@@ -172,7 +220,7 @@ class Chain:
 
         self.device, self.sm_count = torch.device(device), sm_count
         self.gpu = self.device.type == "cuda"
-        self.counter = torch.zeros(1, dtype=torch.int32, device=device)
+        self.counter = torch.zeros(MAX_COUNTERS * LINE_WORDS, dtype=torch.int32, device=device)
         self.flag = torch.zeros(1, dtype=torch.int32, device=device)
         self.sink = torch.zeros(1 << 20, dtype=torch.int32, device=device)
         self._resident: dict = {}
@@ -213,7 +261,7 @@ def _up(n: int, to: int) -> int:
 def word_starts(words: list, device):
     """`starts` for read_chain_kernel: each matrix's first word in one buffer (each rounded up to a
     128-byte line, so that the kernel's loads are 128 bits wide), its end, and one entry more (the
-    end again) for the prefetch of the matrix after the last."""
+    end again), which the last matrix's look at the next one reads."""
     import torch
 
     starts = [0]
@@ -223,27 +271,44 @@ def word_starts(words: list, device):
     return torch.tensor(starts, dtype=torch.int64, device=device)
 
 
-def read_chain(chain: Chain, buf, starts, shape, *, barrier: bool, pf_lines: int = 0, first: int = 0, last: int | None = None,
-               programs: int | None = None) -> None:
+def read_chain(chain: Chain, buf, starts, shape, *, barrier: bool, ahead: bool = False, counters: int = COUNTERS, first: int = 0,
+               last: int | None = None, programs: int | None = None) -> None:
     """One read_chain_kernel launch over matrices first..last-1 of `buf` (int32 words; `starts` from
     word_starts): shape (BLOCK, UNROLL, warps, programs a multiprocessor); `programs` overrides the
-    grid (one launch a matrix gives each of its chunks a program). Zeroes the counter first."""
+    grid (one launch a matrix gives each of its chunks a program). Zeroes the counters first."""
     block, unroll, warps, per_sm = shape
     last = starts.numel() - 2 if last is None else last
-    if pf_lines and not chain.gpu:
-        raise ValueError("read_chain: the L2 prefetch is PTX, which Triton's interpreter cannot run")
+    check_counters(counters)
     chain.refuse_on_cpu(barrier, programs)
     if barrier:
         chain.counter.zero_()
     args = (buf, starts, first, last, chain.counter, chain.flag, chain.sink)
-    opts = dict(BLOCK=block, UNROLL=unroll, BARRIER=barrier, PF=pf_lines, num_warps=warps)
-    key = ("read", shape, barrier, pf_lines)
+    opts = dict(BLOCK=block, UNROLL=unroll, BARRIER=barrier, AHEAD=ahead, NC=counters, num_warps=warps)
+    key = ("read", shape, barrier, ahead, counters)
     if programs is None:
         compiled = None
         if barrier and chain.gpu and key not in chain._resident:
             compiled = read_chain_kernel.warmup(*args, grid=(1,), **opts)  # compiled as it will launch, not run
         programs = chain.programs(key, per_sm, barrier, compiled)
     read_chain_kernel[(programs,)](*args, **opts)
+
+
+def check_counters(counters: int) -> None:
+    if counters < 1 or counters > MAX_COUNTERS or counters & (counters - 1):
+        raise ValueError(f"counters: a power of 2 from 1 to {MAX_COUNTERS}, not {counters}")
+
+
+def barrier_us(chain: Chain, barriers: int, shape, counters: int = COUNTERS) -> float:
+    """Microseconds a grid barrier takes alone: `barriers` empty matrices read with a barrier after each,
+    one launch, minus the same launch without the barriers."""
+    import torch
+
+    starts = torch.zeros(barriers + 2, dtype=torch.int64, device=chain.device)
+    buf = torch.zeros(LINE_WORDS, dtype=torch.int32, device=chain.device)
+    with_ms = timed_ms(lambda: read_chain(chain, buf, starts, shape, barrier=True, counters=counters), chain.device, 20)
+    chain.check_flag("barrier alone")
+    without_ms = timed_ms(lambda: read_chain(chain, buf, starts, shape, barrier=False), chain.device, 20)
+    return (with_ms - without_ms) * 1e3 / barriers
 
 
 def read_chain_launches(chain: Chain, buf, starts, shape, host_starts: list) -> None:
@@ -276,16 +341,17 @@ def gemv_layout(shapes: list, device):
     return torch.tensor(meta, dtype=torch.int64, device=device), w_at, act_at
 
 
-def gemv_chain(chain: Chain, w, meta, act, shape, *, barrier: bool, first: int = 0, last: int | None = None,
-               programs: int | None = None) -> None:
+def gemv_chain(chain: Chain, w, meta, act, shape, *, barrier: bool, ahead: bool = False, counters: int = COUNTERS, first: int = 0,
+               last: int | None = None, programs: int | None = None) -> None:
     """One gemv_chain_kernel launch (shape: R, BK, warps, programs a multiprocessor)."""
     r, bk, warps, per_sm = shape
     last = meta.numel() // 5 if last is None else last
+    check_counters(counters)
     chain.refuse_on_cpu(barrier, programs)
     if barrier:
         chain.counter.zero_()
-    opts = dict(R=r, BK=bk, BARRIER=barrier, num_warps=warps)
-    key = ("gemv", shape, barrier)
+    opts = dict(R=r, BK=bk, BARRIER=barrier, AHEAD=ahead, NC=counters, num_warps=warps)
+    key = ("gemv", shape, barrier, ahead, counters)
     if programs is None:
         compiled = None
         if barrier and chain.gpu and key not in chain._resident:
@@ -312,14 +378,15 @@ def chain_reference(w, meta, act0):
     return x
 
 
-def gemv_chain_error(chain: Chain, w, meta, act, shape, *, barrier: bool, launches: bool = False) -> float:
+def gemv_chain_error(chain: Chain, w, meta, act, shape, *, barrier: bool, launches: bool = False, ahead: bool = False,
+                     counters: int = COUNTERS) -> float:
     """Relative L2 of the chain's last y against float32 torch, everything after the first x poisoned
     with NaN first (a program that reads an x before it is written gives NaN, not a stale value)."""
     import torch
 
     k0 = int(meta[2])
     act[k0:] = float("nan")
-    (gemv_chain_launches(chain, w, meta, act, shape, meta.view(-1, 5)[:, 1].tolist()) if launches else gemv_chain(chain, w, meta, act, shape, barrier=barrier))
+    (gemv_chain_launches(chain, w, meta, act, shape, meta.view(-1, 5)[:, 1].tolist()) if launches else gemv_chain(chain, w, meta, act, shape, barrier=barrier, ahead=ahead, counters=counters))
     if chain.gpu:
         torch.cuda.synchronize()
     chain.check_flag("gemv chain")
@@ -373,24 +440,26 @@ def timed_ms(fn, device, n: int) -> float:
 
 
 def compile_ahead(arch: int = 90) -> list:
-    """Every GPU shape of both kernels (with the barrier, and the read chain's prefetch) compiled for
-    sm_<arch> without a GPU (decodegap.measure.fused_kernels.ahead): registers, spills, the loads'
-    widths and how many programs a multiprocessor holds, against the shape's programs a multiprocessor.
-    Needs Triton's compiler (TRITON_INTERPRET unset)."""
+    """Every GPU shape of both kernels with the barrier (and each with AHEAD) compiled for sm_<arch>
+    without a GPU (decodegap.measure.fused_kernels.ahead): registers, spills, the loads' widths and how
+    many programs a multiprocessor holds, against the shape's programs a multiprocessor. Needs
+    Triton's compiler (TRITON_INTERPRET unset)."""
     import torch
 
-    from decodegap.measure.fused_kernels import ahead
+    from decodegap.measure.fused_kernels import ahead as aot
 
     i32, i64 = torch.zeros(16, dtype=torch.int32), torch.zeros(16, dtype=torch.int64)
     cases = [("read", shape, read_chain_kernel, (i32, i64, 0, 2, i32, i32, i32),
-              dict(BLOCK=shape[0], UNROLL=shape[1], BARRIER=True, PF=pf, num_warps=shape[2])) for shape in READ_SHAPES for pf in (0, PF_LINES)]
+              dict(BLOCK=shape[0], UNROLL=shape[1], BARRIER=True, AHEAD=ahead, NC=COUNTERS, num_warps=shape[2]))
+             for shape in READ_SHAPES for ahead in (False, True)]
     cases += [("gemv", shape, gemv_chain_kernel, (torch.zeros(16, dtype=torch.bfloat16), i64, torch.zeros(16), 0, 2, i32, i32),
-               dict(R=shape[0], BK=shape[1], BARRIER=True, num_warps=shape[2])) for shape in GEMV_SHAPES]
+               dict(R=shape[0], BK=shape[1], BARRIER=True, AHEAD=ahead, NC=COUNTERS, num_warps=shape[2]))
+              for shape in GEMV_SHAPES for ahead in (False, True)]
     rows = []
     for kind, shape, fn, args, kwargs in cases:
-        compiled, _ = ahead._compile(fn, args, dict(kwargs), arch)
-        got = ahead._inspect(compiled.asm["cubin"])
-        rows.append({"kernel": kind, "shape": list(shape), "pf": kwargs.get("PF", 0), "registers": got["registers"],
+        compiled, _ = aot._compile(fn, args, dict(kwargs), arch)
+        got = aot._inspect(compiled.asm["cubin"])
+        rows.append({"kernel": kind, "shape": list(shape), "ahead": kwargs["AHEAD"], "registers": got["registers"],
                      "spill_bytes": got["spill_bytes"], "loads": got["loads"], "per_sm": shape[3],
                      "resident": resident_programs(got["registers"], kwargs["num_warps"], compiled.metadata.shared)})
     return rows

@@ -41,10 +41,11 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     # persistent: each format's bytes read every way (each read checked to have counted every word), the
     # bf16 GEMV chain checked against float32 both ways, and the bound from the steps of the same run
     reads = {p["format"]: p for p in got["persistent"] if p.get("chain") != "gemv"}
-    assert set(reads) == {"dense", "fp8", "int4"} and all({"launches", "no_barrier", "barrier", "bound_ms"} <= set(p) for p in reads.values())
+    assert set(reads) == {"dense", "fp8", "int4"} and got["barrier_us"]
+    assert all({"launches", "no_barrier", "barrier", "barrier_1counter", "barrier_ahead", "bound_ms"} <= set(p) for p in reads.values())
     assert reads["dense"]["bytes"] >= ceiling["dense"]["bytes"] and reads["dense"]["matrices"] == ceiling["dense"]["launches"]
     (chain,) = [p for p in got["persistent"] if p.get("chain") == "gemv"]
-    assert {"launches", "barrier"} <= set(chain) and chain["errors"] and max(chain["errors"].values()) < 1e-4
+    assert {"launches", "barrier", "barrier_ahead"} <= set(chain) and chain["errors"] and max(chain["errors"].values()) < 1e-4
     dense, step = ceiling["dense"], steps["bf16"]  # the bound: the read-only launches plus the step's own attention and rest
     assert dense["bound_ms"] == pytest.approx(dense["twin_ms"] + step["attention_ms"] + step["rest_ms"])
     stages = [g for g in got["stages"] if "us" in g]  # each role at Triton's default depth and each tried one, same result

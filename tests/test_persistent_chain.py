@@ -34,17 +34,21 @@ def test_the_read_chain_reads_every_word_once_with_and_without_barriers_and_as_o
     host = starts.tolist()
     assert host[0] == 0 and all(b % pc.LINE_WORDS == 0 and b - a >= w for a, b, w in zip(host, host[1:], words)) and host[-1] == host[-2]
     buf = torch.randint(0, 7, (host[-1],), dtype=torch.int32)
+    small = (64, 2, 1, 1)  # chunks smaller than a matrix: the loop and the chunk loaded ahead both matter
     for run in (lambda: pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True),
+                lambda: pc.read_chain(chain, buf, starts, small, barrier=True, ahead=True),
+                lambda: pc.read_chain(chain, buf, starts, small, barrier=True, ahead=True, counters=1),
                 lambda: pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=False),
-                lambda: pc.read_chain_launches(chain, buf, starts, (64, 2, 1, 1), host)):  # many programs a launch
+                lambda: pc.read_chain_launches(chain, buf, starts, small, host)):  # many programs a launch
         chain.sink.zero_()
         run()
         assert int(chain.sink.sum()) == int(buf.sum())
-    pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True)
-    assert int(chain.counter) == len(words) and int(chain.flag) == 0  # one arrival a matrix, no barrier gave up
+    pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True, counters=4)
+    # one arrival a matrix, on program 0's counter (a line each), and no barrier gave up
+    assert int(chain.counter.sum()) == int(chain.counter[0]) == len(words) and int(chain.flag) == 0
     chain.check_flag("read chain")
-    with pytest.raises(ValueError, match="interpreter"):
-        pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True, pf_lines=8)
+    with pytest.raises(ValueError, match="counters: a power of 2 from 1 to 32, not 3"):
+        pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True, counters=3)
 
 
 def test_the_gemv_chain_matches_float32_torch_persistent_and_launched_and_an_unwritten_x_is_infinitely_wrong(pc, chain, monkeypatch):
@@ -59,6 +63,8 @@ def test_the_gemv_chain_matches_float32_torch_persistent_and_launched_and_an_unw
     act[:32] = torch.randn(32, generator=g)
     shape = (8, 16, 1, 1)
     assert pc.gemv_chain_error(chain, w, meta, act, shape, barrier=True) < 1e-5
+    assert pc.gemv_chain_error(chain, w, meta, act, shape, barrier=True, ahead=True) < 1e-5  # first tiles loaded early
+    assert pc.gemv_chain_error(chain, w, meta, act, (4, 16, 1, 1), barrier=True, ahead=True) < 1e-5  # several blocks a matrix
     assert pc.gemv_chain_error(chain, w, meta, act, shape, barrier=False, launches=True) < 1e-5
     real = pc.gemv_chain
     monkeypatch.setattr(pc, "gemv_chain", lambda *a, **kw: real(*a, **kw, last=3))  # a chain that stops after 3 of 5
