@@ -49,33 +49,39 @@ SM_REGISTERS, SM_WARPS, SM_CTAS, SM_SHARED_BYTES = 65536, 64, 32, 228 * 1024
 # (BLOCK int32 words a load, UNROLL loads in flight a loop step, warps, programs a multiprocessor)
 READ_SHAPES = ((4096, 2, 8, 2), (2048, 2, 4, 4), (2048, 2, 4, 6), (1024, 4, 4, 8))  # one a multiprocessor streams too little
 # (R rows a program at a time, BK columns a loop step, warps, programs a multiprocessor)
-GEMV_SHAPES = ((4, 512, 4, 4), (8, 512, 4, 2), (2, 1024, 4, 4), (4, 512, 4, 6), (2, 512, 4, 8))
+GEMV_SHAPES = ((4, 512, 4, 4), (8, 512, 4, 2), (2, 512, 4, 8), (4, 256, 4, 8), (2, 256, 2, 16))
 CPU_READ_SHAPE, CPU_GEMV_SHAPE = (4096, 2, 1, 1), (16, 256, 1, 1)  # the interpreter: few, large steps
 _SPIN = tl.constexpr(SPIN_LIMIT)
-COUNTERS = 8  # the barrier's arrival counters (a line apart): programs spread over them
-MAX_COUNTERS = 32
+COUNTERS = 8  # the barrier's groups: programs arrive at this many counters (a line apart), the groups at one
+MAX_COUNTERS = 16  # groups at most (a power of 2): the top counter and the groups a line each in Chain.counter
 
 
 @triton.jit
-def grid_sync(counter_ptr, flag_ptr, target, pid, NC: tl.constexpr):
-    """Arrive at the barrier, then poll until `target` programs have arrived, at most SPIN_LIMIT times;
-    a program that gives up raises the flag. Arrivals go to NC counters a line apart (program pid to
-    counter pid % NC: fewer atomics queue on one address) and the wait reads them all with plain loads
-    (no read-modify-write to queue behind the arrivals). The counters only grow within a launch
-    (barrier j waits for programs x j arrivals): the launch's caller zeroes them first.
-    The block's threads meet before the arrival, since one thread arrives for all of them and its
-    release orders only what the block wrote before the meeting, and again after the acquire, so that
-    none of them reads what another program wrote before it is visible (CUDA's grid sync does the same)."""
+def grid_sync(counter_ptr, flag_ptr, j, pid, n_prog, NC: tl.constexpr):
+    """Barrier j (1, 2, ...) of the launch, in two levels: a program arrives at its group's counter
+    (program pid in group pid % NC, each counter on a line of its own after the top one at
+    counter_ptr), the last of a group to arrive adds one to the top counter, and every program polls
+    the top counter until all min(NC, programs) groups have arrived, at most SPIN_LIMIT times (a
+    program that gives up raises the flag). The arrivals queue at NC addresses instead of one, and
+    the polls contend with NC arrivals, not with every program's. The counters only grow within a
+    launch: the launch's caller zeroes them first.
+    The block's threads meet before the arrival (one thread arrives for all of them, and its release
+    orders only what the block wrote before the meeting) and after the acquire (none of them reads
+    what another program wrote before it is visible): CUDA's grid sync does the same. The group
+    arrival is acquire-release, so the last arriver's release on the top counter carries the whole
+    group's writes."""
     tl.debug_barrier()
-    mine = counter_ptr + (pid % NC) * LINE
-    tl.atomic_add(mine, 1, sem="release", scope="gpu")
-    lines = counter_ptr + tl.arange(0, NC) * LINE
-    seen = tl.sum(tl.load(lines, volatile=True), axis=0)
+    group = pid % NC
+    in_group = (n_prog - group + NC - 1) // NC
+    got = tl.atomic_add(counter_ptr + (1 + group) * LINE, 1, sem="acq_rel", scope="gpu") + 1
+    if got == in_group * j:
+        tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+    target = tl.minimum(n_prog, NC) * j
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     polls = 0
     while (seen < target) & (polls < _SPIN):
-        seen = tl.sum(tl.load(lines, volatile=True), axis=0)
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         polls += 1
-    tl.atomic_add(mine, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
     if seen < target:
         tl.atomic_or(flag_ptr, 1)
@@ -124,7 +130,7 @@ def read_chain_kernel(w_ptr, starts_ptr, first, last, counter_ptr, flag_ptr, out
         if AHEAD:
             pre = _read_chunk(w_ptr, starts_ptr, m + 1, last, pid.to(tl.int64), span)
         if BARRIER:
-            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1), pid, NC)
+            grid_sync(counter_ptr, flag_ptr, m - first + 1, pid, n_prog, NC)
         m += 1
     tl.atomic_add(out_ptr + pid, tl.sum(acc, axis=0) + ahead)  # added, not stored: launches a matrix share the sums
 
@@ -193,7 +199,7 @@ def gemv_chain_kernel(w_ptr, meta_ptr, act_ptr, first, last, counter_ptr, flag_p
         if AHEAD:
             w_pre = _first_tile(w_ptr, meta_ptr, m + 1, last, pid, R, BK)
         if BARRIER:
-            grid_sync(counter_ptr, flag_ptr, n_prog * (m - first + 1), pid, NC)
+            grid_sync(counter_ptr, flag_ptr, m - first + 1, pid, n_prog, NC)
         m += 1
 
 
@@ -220,7 +226,7 @@ class Chain:
 
         self.device, self.sm_count = torch.device(device), sm_count
         self.gpu = self.device.type == "cuda"
-        self.counter = torch.zeros(MAX_COUNTERS * LINE_WORDS, dtype=torch.int32, device=device)
+        self.counter = torch.zeros((1 + MAX_COUNTERS) * LINE_WORDS, dtype=torch.int32, device=device)
         self.flag = torch.zeros(1, dtype=torch.int32, device=device)
         self.sink = torch.zeros(1 << 20, dtype=torch.int32, device=device)
         self._resident: dict = {}
@@ -295,7 +301,7 @@ def read_chain(chain: Chain, buf, starts, shape, *, barrier: bool, ahead: bool =
 
 def check_counters(counters: int) -> None:
     if counters < 1 or counters > MAX_COUNTERS or counters & (counters - 1):
-        raise ValueError(f"counters: a power of 2 from 1 to {MAX_COUNTERS}, not {counters}")
+        raise ValueError(f"counters: a power of 2 from 1 to 16 (the barrier's groups), not {counters}")
 
 
 def barrier_us(chain: Chain, barriers: int, shape, counters: int = COUNTERS) -> float:

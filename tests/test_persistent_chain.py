@@ -44,10 +44,11 @@ def test_the_read_chain_reads_every_word_once_with_and_without_barriers_and_as_o
         run()
         assert int(chain.sink.sum()) == int(buf.sum())
     pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True, counters=4)
-    # one arrival a matrix, on program 0's counter (a line each), and no barrier gave up
-    assert int(chain.counter.sum()) == int(chain.counter[0]) == len(words) and int(chain.flag) == 0
+    # one arrival a matrix at program 0's group counter (the second line) and one at the top (the first), no barrier gave up
+    lines = chain.counter.view(-1, pc.LINE_WORDS)
+    assert int(lines[0, 0]) == int(lines[1, 0]) == len(words) and int(chain.counter.sum()) == 2 * len(words) and int(chain.flag) == 0
     chain.check_flag("read chain")
-    with pytest.raises(ValueError, match="counters: a power of 2 from 1 to 32, not 3"):
+    with pytest.raises(ValueError, match="counters: a power of 2 from 1 to 16 .the barrier.s groups., not 3"):
         pc.read_chain(chain, buf, starts, pc.CPU_READ_SHAPE, barrier=True, counters=3)
 
 
