@@ -508,17 +508,27 @@ _STREAM_READ = None
 
 def stream_read_kernel():
     """A Triton kernel that reads int32 words and keeps one sum a program (so the loads stay): the
-    least work a launch can do with a matrix's bytes."""
+    least work a launch can do with a matrix's bytes. PDL (programmatic dependent launch, launched
+    with launch_pdl): 1 waits for the kernel before at its start and lets the next one launch, as the
+    step's kernels do; 2 also loads its first block before that wait, as a GEMV may (its weight does
+    not depend on the kernel before)."""
     global _STREAM_READ
     if _STREAM_READ is None:
         import triton
         import triton.language as tl
+        import triton.language.extra.cuda  # noqa: F401 - tl.extra.cuda's griddepcontrol, under PDL only
 
         @triton.jit
-        def stream_read(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+        def stream_read(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr):
             pid = tl.program_id(0)
             acc = tl.zeros([BLOCK], dtype=tl.int32)
-            for i in range(ITERS):  # 64-bit offsets: one launch of a whole step's bytes passes 2**31 words
+            if PDL == 2:
+                offs = pid.to(tl.int64) * ITERS * BLOCK + tl.arange(0, BLOCK)
+                acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0)
+            if PDL > 0:  # as the step's kernels start (fused_kernels.common.pdl_start)
+                tl.extra.cuda.gdc_wait()
+                tl.extra.cuda.gdc_launch_dependents()
+            for i in range(PDL // 2, ITERS):  # PDL 2 read block 0 already; 64-bit offsets: one launch of a whole step's bytes passes 2**31 words
                 offs = (pid.to(tl.int64) * ITERS + i) * BLOCK + tl.arange(0, BLOCK)
                 acc += tl.load(x_ptr + offs, mask=offs < n_words, other=0)
             tl.store(out_ptr + pid, tl.sum(acc, axis=0))
@@ -527,14 +537,17 @@ def stream_read_kernel():
     return _STREAM_READ
 
 
-def read_launch(buf, out, shape):
-    """One launch reading every word of `buf` (int32) with launch shape (BLOCK, ITERS, warps)."""
+def read_launch(buf, out, shape, pdl: int = 0):
+    """One launch reading every word of `buf` (int32) with launch shape (BLOCK, ITERS, warps); `pdl`
+    as stream_read_kernel's PDL (a CUDA GPU of compute capability 9.0 or newer)."""
+    from decodegap.measure.fused_kernels.common import launch_options
+
     block, iters, warps = shape
     n = buf.numel()
     programs = -(-n // (block * iters))
     if programs > out.numel():
         raise ValueError(f"read_launch: {programs} programs, a sum each, and room for {out.numel()}")
-    stream_read_kernel()[(programs,)](buf, out, n, BLOCK=block, ITERS=iters, num_warps=warps)
+    stream_read_kernel()[(programs,)](buf, out, n, BLOCK=block, ITERS=iters, PDL=pdl, **launch_options(warps, pdl > 0))
 
 
 def read_only_us(nbytes: int, copies: int, device) -> float:
@@ -592,6 +605,14 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
 
                 total = sum(4 * b.numel() for _, b in seq)
                 twin_ms = device_ms(capture(twin, device), n_dev, device)
+                twin_pdl = {}  # the same launches under PDL, as the step launches its kernels (where the GPU has it)
+                if fk.pdl_available(device) is None:
+                    for pdl, name in ((1, "pdl"), (2, "pdl_ahead")):
+                        def twin_under(pdl=pdl):
+                            for role, buf in seq:
+                                read_launch(buf, sink, best[role]["shape"], pdl=pdl)
+
+                        twin_pdl[name] = device_ms(capture(twin_under, device), n_dev, device)
                 del seq
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -599,7 +620,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 one_ms = min(device_ms(capture(lambda s=s: read_launch(whole, sink, s), device), n_dev, device) for s in read_shapes(device))
                 del whole
                 row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin_ms,
-                       "twin_TBps": total / twin_ms / 1e9, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
+                       "twin_TBps": total / twin_ms / 1e9, **{f"twin_{k}_ms": v for k, v in twin_pdl.items()}, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
                        "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()}}
                 # the step's own GEMVs of this format at its first context, measured in this run (steps)
                 quant = next(q for q, f in FORMAT_OF.items() if f == fmt)
@@ -809,12 +830,13 @@ def read_only_bound(row, step) -> dict:
     by kernel): the step's GEMVs against the read-only launches, the time a step at the format's target
     takes, and the bound: a step whose GEMVs ran as fast as the read-only launches, with the step's own
     attention and rest (what one launch per matrix lets the step stream at most, as it is built)."""
-    fmt, twin_ms = row["format"], row["twin_ms"]
+    fmt = row["format"]
+    twin_ms = min(row[k] for k in ("twin_ms", "twin_pdl_ms", "twin_pdl_ahead_ms") if k in row)  # the fastest way launched
     streamed = step["weight_bytes"] + step["kv_bytes"]
     target = target_TBps(fmt, step["ctx"])
     target_step_ms = streamed / (target * 1e12) * 1e3
     bound_ms = twin_ms + step["attention_ms"] + step["rest_ms"]
-    return {"step_gemv_ms": step["gemv_ms"], "step_ms": step["device_ms"], "step_ctx": step["ctx"],
+    return {"twin_best_ms": twin_ms, "step_gemv_ms": step["gemv_ms"], "step_ms": step["device_ms"], "step_ctx": step["ctx"],
             "gemv_over_twin": step["gemv_ms"] / twin_ms, "target_TBps": target, "target_step_ms": target_step_ms,
             "twin_alone_over_target": twin_ms / target_step_ms, "step_attention_ms": step["attention_ms"],
             "step_rest_ms": step["rest_ms"], "bound_ms": bound_ms, "bound_TBps": streamed / bound_ms / 1e9,
@@ -826,9 +848,12 @@ def ceiling_line(row) -> str:
     txt = (f"ceiling {row['model']:16s} {row['format']:5s}: {row['launches']} read-only launches of the step's "
            f"{row['bytes'] / 1e9:.3f} GB take {row['twin_ms']:.3f} ms ({row['twin_TBps']:.2f} TB/s); one launch "
            f"{row['one_launch_ms']:.3f} ms ({row['one_launch_TBps']:.2f} TB/s); copy {row['copy_TBps']:.2f} TB/s | {roles}")
+    if "twin_pdl_ms" in row:
+        txt += (f" | under PDL the launches take {row['twin_pdl_ms']:.3f} ms, with each program's first block loaded before "
+                f"PDL's wait {row['twin_pdl_ahead_ms']:.3f} ms")
     if "step_gemv_ms" in row:
         txt += (f" | the step's GEMVs (ctx {row['step_ctx']}) {row['step_gemv_ms']:.3f} ms = {row['gemv_over_twin']:.2f}x the "
-                f"read-only launches; a step at the {row['target_TBps']} TB/s target takes {row['target_step_ms']:.3f} ms, the "
+                f"fastest read-only launches; a step at the {row['target_TBps']} TB/s target takes {row['target_step_ms']:.3f} ms, the "
                 f"read-only launches alone {row['twin_alone_over_target']:.2f}x that; with the step's attention and rest "
                 f"({row['step_attention_ms']:.3f} + {row['step_rest_ms']:.3f} ms) a step of read-only launches takes "
                 f"{row['bound_ms']:.3f} ms, {row['bound_TBps']:.2f} TB/s")
@@ -1261,7 +1286,7 @@ def summary(run) -> None:
             print(f"{s['model']:16s} {s['quant']:14s} {s['ctx']:>6d} cannot run: {s['error'][:120]}")
     ceil = [c for c in r.get("ceiling", []) if "twin_ms" in c]
     if ceil:
-        print(f"\n{'model':16s} {'format':6s} {'GB':>7s} {'launches':>8s} {'read ms':>8s} {'TB/s':>6s} {'one ms':>8s} {'TB/s':>6s} "
+        print(f"\n{'model':16s} {'format':6s} {'GB':>7s} {'launches':>8s} {'read ms':>8s} {'TB/s':>6s} {'PDL ms':>7s} {'one ms':>8s} {'TB/s':>6s} "
               f"{'GEMV ms':>8s} {'x read':>7s} {'target ms':>9s} {'bound ms':>8s} {'TB/s':>6s} {'target':>6s} {'step':>6s}")
         steps_by = {(s["model"], FORMAT_OF.get(s["quant"])): s for s in reversed(steps) if "gemv_ms" in s}
         for c in ceil:
@@ -1270,7 +1295,9 @@ def summary(run) -> None:
             gm = (f"{c['step_gemv_ms']:8.3f} {c['gemv_over_twin']:7.2f} {c['target_step_ms']:9.3f} {c['bound_ms']:8.3f} "
                   f"{c['bound_TBps']:6.2f} {c['target_TBps']:6.2f} {c['step_TBps']:6.2f}") if "bound_ms" in c else \
                 f"{'--':>8s} {'--':>7s} {'--':>9s} {'--':>8s} {'--':>6s} {'--':>6s} {'--':>6s}"
+            pdl = min((c[k] for k in ("twin_pdl_ms", "twin_pdl_ahead_ms") if k in c), default=None)
             print(f"{c['model']:16s} {c['format']:6s} {c['bytes'] / 1e9:7.3f} {c['launches']:>8d} {c['twin_ms']:8.3f} {c['twin_TBps']:6.2f} "
+                  + (f"{pdl:7.3f} " if pdl else f"{'--':>7s} ") +
                   f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
     pers = [p for p in r.get("persistent", []) if "launches" in p or "barrier" in p]
     if pers:

@@ -87,6 +87,10 @@ def test_the_read_only_bound_is_the_read_only_launches_plus_the_steps_attention_
     assert got["bound_TBps"] == pytest.approx((7_621_000_000 + 117_497_856) / 2.181e-3 / 1e12)  # 3.55 TB/s
     assert got["target_step_ms"] == pytest.approx((7_621_000_000 + 117_497_856) / 3.5e12 * 1e3)
     assert got["gemv_over_twin"] == pytest.approx(2.086 / 1.892)
+    # launched under PDL (as the step is), the read-only launches may be faster: the bound takes the fastest,
+    # or it would call a target unreachable that launches could reach
+    pdl = m.read_only_bound({**ceiling, "twin_pdl_ms": 1.850, "twin_pdl_ahead_ms": 1.861}, step)
+    assert pdl["twin_best_ms"] == 1.850 and pdl["bound_ms"] == pytest.approx(1.850 + 0.163 + 0.126)
 
 
 def test_each_format_is_held_to_the_target_named_for_its_context():
