@@ -23,14 +23,17 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              o, gate_up and down in the format, then the output projection) done by a kernel that only
              reads (a streaming sum, no arithmetic worth the name), each launch the bytes the step's
              GEMV of that role reads, the best of a few launch shapes per role, as one CUDA graph of
-             distinct buffers (no L2 reuse); beside it one launch reading all of those bytes. Set against
-             the step's own GEMV time (steps) and the issue's bandwidth targets, it says whether a
-             step built of one launch per matrix could reach them, whatever its GEMVs did
+             distinct buffers (no L2 reuse), launched plainly and, on Hopper, under PDL as the step's
+             kernels are (waiting at the start; and with the first block loaded before that wait);
+             beside it one launch reading all of those bytes. Set against the step's own GEMV time
+             (steps) and the issue's bandwidth targets, the fastest says whether a step built of one
+             launch per matrix could reach them, whatever its GEMVs did
   persistent what one persistent launch streams against one launch a matrix (benchmarks/persistent_chain.py):
              the step's weight bytes in each format (as ceiling counts them, back to back in one
              buffer) read one launch a matrix, by SMs x k resident programs with a grid barrier after
-             each matrix (with and without each program prefetching its first lines of the next
-             matrix into L2 before it waits) and without barriers, the best of a few shapes each; then
+             each matrix (two-level or one group; with each program's first chunk of the next matrix
+             loaded before it waits) and without barriers, the best of a few shapes each, and a
+             barrier's cost alone; then
              the bf16 GEMVs as a chain (each x the y before) persistent against one launch a matrix,
              checked against float32 torch on NaN-poisoned outputs. With the step's attention and rest
              from steps, the bound a persistent GEMV phase would give the step

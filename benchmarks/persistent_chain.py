@@ -1,30 +1,36 @@
 """One launch for all of a step's weights: what a persistent kernel streams when its programs wait
 for one another at a grid barrier wherever the step's launches end, against one launch per matrix.
 
-floor_limit's ceiling part showed the step's weight reads, one read-only launch per matrix, at
-4.23-4.27 TB/s (bf16) and the same bytes in one launch at 4.63: about 0.3 ms of a 3.7 ms step goes
-to launch boundaries even with no arithmetic, which puts issue 28's ctx-2048 targets out of reach
-of a step built of launches for the 4096-wide cards. A persistent kernel keeps the programs
-resident and replaces each boundary by a grid barrier (the step's data dependencies stay: a GEMV
-needs all of the one before's output). This module measures that trade before anyone builds the
-persistent step:
+floor_limit's ceiling part showed the step's weight reads, one read-only launch per matrix without
+PDL, at 4.23-4.27 TB/s (bf16) and the same bytes in one launch at 4.63: about 0.3 ms of a 3.7 ms step
+went to launch boundaries even with no arithmetic. A persistent kernel keeps the programs resident and
+replaces each boundary by a grid barrier (the step's data dependencies stay: a GEMV needs all of the
+one before's output). This module measures that trade:
 
   read chain   the step's weight bytes (each layer's qkv, o, gate_up, down in the format, then the
                output projection, back to back in one buffer) read by one launch of SMs x k
-               programs, a grid barrier after each matrix; the same without the barriers; one
-               launch per matrix of the same kernel; and the barrier with each program prefetching
-               into L2 its first lines of the next matrix before it waits (the weights do not
-               depend on the barrier, only x does)
+               programs, a grid barrier after each matrix (`barrier`; `barrier_1counter` with one
+               group); the same without the barriers; one launch per matrix of the same kernel; and
+               the barrier with each program's first chunk of the next matrix loaded before it waits
+               (`barrier_ahead`: the weights do not depend on the barrier, only x does); and a
+               barrier's cost alone (`barrier_us`: empty matrices)
   GEMV chain   the same with the arithmetic and the dependency: y = W x in bf16 with float32
                sums, each matrix's x the first K values of the matrix before's y, one persistent
-               launch with a barrier per matrix against one launch per matrix of the same kernel;
-               checked against float32 torch on NaN-poisoned outputs, so a barrier that lets a
-               program read x before it is written fails the check instead of timing
+               launch with a barrier per matrix (and with each program's first weight tile loaded
+               before it waits) against one launch per matrix of the same kernel; checked against
+               float32 torch on NaN-poisoned outputs, so a barrier that lets a program read x before
+               it is written fails the check instead of timing
+
+Measured on two H200s (results/benchmarks/README.md): a barrier alone takes 1.56-1.69 us, about what a
+launch boundary costs, so the persistent read runs 0.97-0.995x as fast as one launch per matrix (and
+under PDL, as the step launches, those are faster still), and the GEMV chain 0.81-0.84x its own
+kernel launched once a matrix.
 
 floor_limit.py runs it as its part `persistent` (after steps and ceiling, whose step splits give
-the bound: the fastest chain plus the step's own attention and rest). The kernels run on a CPU under
-Triton's interpreter with one program (a barrier of more would wait forever there: the interpreter
-runs programs one after another), as tests/test_persistent_chain.py does.
+the bound: the fastest chain with barriers plus the step's own attention and rest). The kernels run on
+a CPU under Triton's interpreter with one program (a barrier of more would wait forever there: the
+interpreter runs programs one after another), as tests/test_persistent_chain.py does; `--ahead`
+compiles every GPU shape for sm_90 without a GPU.
 
 A grid barrier is only safe when every program is resident at once: `resident_programs` works the
 count out of the compiled kernel's registers, shared memory and warps, the launch is refused above

@@ -17,7 +17,7 @@ def _benchmark():
     return load_script("benchmarks/floor_limit.py")
 
 
-@pytest.mark.slow  # 27 s: every part of the benchmark on the CPU (CI runs it: pytest -m slow)
+@pytest.mark.slow  # 80 s: every part of the benchmark on the CPU (CI runs it: pytest -m slow)
 def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, capsys):
     rc = _benchmark().main(["--smoke", "--out", str(tmp_path), "--deadline-s", "900", "--tune-budget-s", "60"])
     out = capsys.readouterr().out
