@@ -238,10 +238,10 @@ class Chain:
         self._resident: dict = {}
 
     def programs(self, kernel_key, per_sm: int, barrier: bool, compiled=None) -> int:
-        """The persistent grid: per_sm programs a multiprocessor. With a barrier, refused (ValueError)
-        above what stays resident (`compiled`: the kernel as compiled, its registers and shared memory)
-        and, off a GPU, above one (the interpreter runs programs one at a time: a second would wait
-        forever)."""
+        """The persistent grid: per_sm programs a multiprocessor, refused (ValueError) with a barrier
+        above what stays resident (`compiled`: the kernel as compiled, its registers and shared memory);
+        one program off a GPU (the interpreter runs programs one at a time: a second would wait forever
+        at a barrier; refuse_on_cpu turns down a grid asked for outright)."""
         if not self.gpu:
             return 1
         if barrier and compiled is not None:
