@@ -602,20 +602,16 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 seq = [(role, torch.ones(words[role], dtype=torch.int32, device=device)) for _ in range(layers) for role in roles]
                 seq.append(("lm_head", torch.ones(words["lm_head"], dtype=torch.int32, device=device)))
 
-                def twin():
+                def twin(pdl=0):
                     for role, buf in seq:
-                        read_launch(buf, sink, best[role]["shape"])
+                        read_launch(buf, sink, best[role]["shape"], pdl=pdl)
 
                 total = sum(4 * b.numel() for _, b in seq)
                 twin_ms = device_ms(capture(twin, device), n_dev, device)
                 twin_pdl = {}  # the same launches under PDL, as the step launches its kernels (where the GPU has it)
                 if fk.pdl_available(device) is None:
                     for pdl, name in ((1, "pdl"), (2, "pdl_ahead")):
-                        def twin_under(pdl=pdl):
-                            for role, buf in seq:
-                                read_launch(buf, sink, best[role]["shape"], pdl=pdl)
-
-                        twin_pdl[name] = device_ms(capture(twin_under, device), n_dev, device)
+                        twin_pdl[name] = device_ms(capture(lambda pdl=pdl: twin(pdl), device), n_dev, device)
                 del seq
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
@@ -625,10 +621,7 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin_ms,
                        "twin_TBps": total / twin_ms / 1e9, **{f"twin_{k}_ms": v for k, v in twin_pdl.items()}, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
                        "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()}}
-                # the step's own GEMVs of this format at its first context, measured in this run (steps)
-                quant = next(q for q, f in FORMAT_OF.items() if f == fmt)
-                step = next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
-                             and "gemv_ms" in s), None)
+                step = step_of(run, key, fmt)  # the step's own GEMVs of this format, measured in this run
                 if step:
                     row.update(read_only_bound(row, step))
                 out.append(row)
@@ -656,9 +649,9 @@ def sibling(name: str):
 
 def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
     """Part persistent (benchmarks/persistent_chain.py): the step's weight bytes in each format read by
-    one launch a matrix, by one persistent launch with a grid barrier after each matrix (with and
-    without each program prefetching the next matrix's first lines before it waits) and without the
-    barriers; then the bf16 GEMVs themselves as a chain, persistent against one launch a matrix.
+    one launch a matrix, by one persistent launch with a grid barrier after each matrix (two-level or
+    one group, and with each program's first chunk of the next matrix loaded before it waits) and
+    without the barriers, and a barrier's cost alone; then the bf16 GEMVs themselves as a chain, persistent against one launch a matrix.
     Each variant is checked before it is timed (the read sums, the GEMV chain against float32)."""
     import torch
 
@@ -672,8 +665,11 @@ def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
     read_shapes = pc.READ_SHAPES if gpu else (pc.CPU_READ_SHAPE,)
     gemv_shapes = pc.GEMV_SHAPES if gpu else (pc.CPU_GEMV_SHAPE,)
 
+    def timed_alone(fn):
+        return device_ms(capture(fn, device), n_dev, device)
+
     def timed(fn, what):
-        ms = device_ms(capture(fn, device), n_dev, device)
+        ms = timed_alone(fn)
         chain.check_flag(what)
         return ms
 
@@ -698,7 +694,8 @@ def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
                             "barrier_ahead": lambda sh: pc.read_chain(chain, buf, starts, sh, barrier=True, ahead=True)}
                 if "barrier_us" not in run.results:  # what a barrier costs alone, with one counter and with several
                     run.results["barrier_us"] = {f"{c} counters {'/'.join(map(str, read_shapes[0]))}":
-                                                 pc.barrier_us(chain, len(words), read_shapes[0], counters=c) for c in (1, pc.COUNTERS)}
+                                                 pc.barrier_us(chain, len(words), read_shapes[0], timed_alone, counters=c)
+                                                 for c in (1, pc.COUNTERS)}
                     run.say("a grid barrier alone: " + "; ".join(f"{k} {v:.2f} us" for k, v in run.results["barrier_us"].items()))
                 for shape in read_shapes:
                     for name, fn in variants.items():
@@ -712,12 +709,8 @@ def run_persistent(run, cards, models, quants, device, dtype, copy_Bps):
                             row["shapes"][label] = timed(lambda fn=fn, shape=shape: fn(shape), f"read chain {label}")
                         except Exception as exc:  # noqa: BLE001 - a shape that cannot stay resident is a line
                             row["shapes"][label] = first_line(exc)
-                for name in variants:
-                    ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
-                    if ok:
-                        best = min(ok, key=ok.get)
-                        row[name] = {"shape": best.split(" ")[1], "ms": ok[best], "TBps": row["bytes"] / ok[best] / 1e9}
-                step = persistent_step(run, key, fmt)
+                best_shapes(row, variants)
+                step = step_of(run, key, fmt)
                 if step and "barrier" in row:
                     row.update(persistent_bound(row, step))
                 out.append(row)
@@ -763,20 +756,27 @@ def gemv_chain_row(run, pc, chain, key, arch, device, shapes, timed) -> dict:
                 row["shapes"][label] = timed(lambda fn=fn, shape=shape: fn(shape), f"GEMV chain {label}")
             except Exception as exc:  # noqa: BLE001
                 row["shapes"][label] = first_line(exc)
-    for name in ("launches", "barrier", "barrier_ahead"):
-        ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
-        if ok:
-            best = min(ok, key=ok.get)
-            row[name] = {"shape": best.split(" ")[1], "ms": ok[best], "TBps": row["bytes"] / ok[best] / 1e9}
-    step = persistent_step(run, key, "dense")
+    best_shapes(row, ("launches", "barrier", "barrier_ahead"))
+    step = step_of(run, key, "dense")
     if step and "barrier" in row:
         row.update(persistent_bound(row, step))
     run.say(persistent_line(row))
     return row
 
 
-def persistent_step(run, key: str, fmt: str) -> dict | None:
-    """The step of this card and format measured in this run (part steps), split kernel by kernel."""
+def best_shapes(row, names) -> None:
+    """row[name] for each variant name: its fastest shape of row["shapes"] ({"name shape": ms, or the
+    line of a shape that failed}), its ms and TB/s of row["bytes"]; a variant no shape ran is left out."""
+    for name in names:
+        ok = {lab: ms for lab, ms in row["shapes"].items() if lab.split(" ")[0] == name and isinstance(ms, float)}
+        if ok:
+            best = min(ok, key=ok.get)
+            row[name] = {"shape": best.split(" ")[1], "ms": ok[best], "TBps": row["bytes"] / ok[best] / 1e9}
+
+
+def step_of(run, key: str, fmt: str) -> dict | None:
+    """The step of this card and storage format measured in this run (part steps), split kernel by
+    kernel: the first context's."""
     quant = next(q for q, f in FORMAT_OF.items() if f == fmt)
     return next((s for s in run.results.get("steps", []) if s.get("model") == key and s.get("quant") == quant
                  and "gemv_ms" in s), None)

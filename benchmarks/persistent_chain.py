@@ -40,8 +40,6 @@ hang the GPU.
 
 from __future__ import annotations
 
-import time
-
 import triton
 import triton.language as tl
 
@@ -254,6 +252,15 @@ class Chain:
                                  f"({compiled.n_regs} registers, {compiled.metadata.shared} B shared): a barrier would hang")
         return per_sm * self.sm_count
 
+    def grid(self, key, per_sm: int, barrier: bool, compile_fn, programs: int | None = None) -> int:
+        """`programs` where the caller gives the grid, else the persistent grid (programs): a kernel with a
+        barrier is compiled first (compile_fn: as it will launch, not run) to check it stays resident,
+        once per `key`."""
+        if programs is not None:
+            return programs
+        compiled = compile_fn() if barrier and self.gpu and key not in self._resident else None
+        return self.programs(key, per_sm, barrier, compiled)
+
     def refuse_on_cpu(self, barrier: bool, programs: int | None) -> None:
         if barrier and not self.gpu and programs not in (None, 1):
             raise ValueError(f"a grid barrier of {programs} programs would wait forever under Triton's interpreter "
@@ -296,12 +303,8 @@ def read_chain(chain: Chain, buf, starts, shape, *, barrier: bool, ahead: bool =
         chain.counter.zero_()
     args = (buf, starts, first, last, chain.counter, chain.flag, chain.sink)
     opts = dict(BLOCK=block, UNROLL=unroll, BARRIER=barrier, AHEAD=ahead, NC=counters, num_warps=warps)
-    key = ("read", shape, barrier, ahead, counters)
-    if programs is None:
-        compiled = None
-        if barrier and chain.gpu and key not in chain._resident:
-            compiled = read_chain_kernel.warmup(*args, grid=(1,), **opts)  # compiled as it will launch, not run
-        programs = chain.programs(key, per_sm, barrier, compiled)
+    programs = chain.grid(("read", shape, barrier, ahead, counters), per_sm, barrier,
+                          lambda: read_chain_kernel.warmup(*args, grid=(1,), **opts), programs)
     read_chain_kernel[(programs,)](*args, **opts)
 
 
@@ -310,16 +313,17 @@ def check_counters(counters: int) -> None:
         raise ValueError(f"counters: a power of 2 from 1 to 16 (the barrier's groups), not {counters}")
 
 
-def barrier_us(chain: Chain, barriers: int, shape, counters: int = COUNTERS) -> float:
+def barrier_us(chain: Chain, barriers: int, shape, time_ms, counters: int = COUNTERS) -> float:
     """Microseconds a grid barrier takes alone: `barriers` empty matrices read with a barrier after each,
-    one launch, minus the same launch without the barriers."""
+    one launch, minus the same launch without the barriers; time_ms(fn): milliseconds a call of fn
+    takes (the caller's timer)."""
     import torch
 
     starts = torch.zeros(barriers + 2, dtype=torch.int64, device=chain.device)
     buf = torch.zeros(LINE_WORDS, dtype=torch.int32, device=chain.device)
-    with_ms = timed_ms(lambda: read_chain(chain, buf, starts, shape, barrier=True, counters=counters), chain.device, 20)
+    with_ms = time_ms(lambda: read_chain(chain, buf, starts, shape, barrier=True, counters=counters))
     chain.check_flag("barrier alone")
-    without_ms = timed_ms(lambda: read_chain(chain, buf, starts, shape, barrier=False), chain.device, 20)
+    without_ms = time_ms(lambda: read_chain(chain, buf, starts, shape, barrier=False))
     return (with_ms - without_ms) * 1e3 / barriers
 
 
@@ -363,13 +367,10 @@ def gemv_chain(chain: Chain, w, meta, act, shape, *, barrier: bool, ahead: bool 
     if barrier:
         chain.counter.zero_()
     opts = dict(R=r, BK=bk, BARRIER=barrier, AHEAD=ahead, NC=counters, num_warps=warps)
-    key = ("gemv", shape, barrier, ahead, counters)
-    if programs is None:
-        compiled = None
-        if barrier and chain.gpu and key not in chain._resident:
-            compiled = gemv_chain_kernel.warmup(w, meta, act, first, last, chain.counter, chain.flag, grid=(1,), **opts)
-        programs = chain.programs(key, per_sm, barrier, compiled)
-    gemv_chain_kernel[(programs,)](w, meta, act, first, last, chain.counter, chain.flag, **opts)
+    args = (w, meta, act, first, last, chain.counter, chain.flag)
+    programs = chain.grid(("gemv", shape, barrier, ahead, counters), per_sm, barrier,
+                          lambda: gemv_chain_kernel.warmup(*args, grid=(1,), **opts), programs)
+    gemv_chain_kernel[(programs,)](*args, **opts)
 
 
 def gemv_chain_launches(chain: Chain, w, meta, act, shape, rows: list) -> None:
@@ -424,31 +425,6 @@ def gemv_chain_shapes(arch: dict, layers: int | None = None) -> list:
     """The step's GEMVs as a chain (N, K) whose every x fits in the y before: gate_up's y is 2 x
     intermediate wide and down takes the intermediate, the rest take the hidden size."""
     return [(n, k) for _, n, k in step_shapes(arch, layers)]
-
-
-def timed_ms(fn, device, n: int) -> float:
-    """Milliseconds per replay of fn captured as one CUDA graph (host time off a GPU)."""
-    import torch
-
-    if torch.device(device).type != "cuda":
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - t) * 1e3 / n
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        g.replay()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) / n
 
 
 def compile_ahead(arch: int = 90) -> list:
