@@ -1048,6 +1048,10 @@ def lever_variants(table, device) -> dict:
             out["pdl without prefetch"] = {"pdl_prefetch": 0}
         for steps, per_sm in PDL_PREFETCH:  # and the first programs' first loop steps prefetched into L2 before the wait
             out[f"pdl prefetch {steps}x{per_sm}/SM"] = {"pdl": True, "pdl_prefetch": steps, "pdl_prefetch_per_sm": per_sm}
+        for priority in ("evict_last", "evict_normal"):  # the attention prefetching o's weight into L2 (the lever l2_ahead)
+            now = {f: p for f, p in table.l2_ahead.items() if p == priority}
+            out[f"l2 ahead {priority} {'off' if len(now) == len(fk.FORMATS) else 'on'}"] = {
+                "l2_ahead": {f: None if len(now) == len(fk.FORMATS) else priority for f in fk.FORMATS}}
     att = table.attention
     out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
     if att.combine == "separate":

@@ -980,3 +980,38 @@ def test_benchmarks_launch_each_role_as_the_step_reads_it():
     assert as_the_step_reads(off, "int4", "gate_up", 3584)[0::2] == ("int4", {"norm": "none", "x_fp32": False})
     assert as_the_step_reads(h200, "dense", "down", 3584)[0::2] == ("dense", {"norm": "none", "x_fp32": False})
     assert as_the_step_reads(fk.resolve(None, "cpu"), "dense", "qkv", 256)[0::2] == ("dense", {"norm": "program", "x_fp32": False})
+
+
+def test_the_l2_ahead_lever_shares_the_o_weight_among_the_split_programs_and_needs_pdl():
+    """l2_ahead: every line of the o weight falls to some split program (the shares cover the span, a
+    program's share in whole prefetch tiles), only under PDL (the prefetch goes before its wait, and the
+    interpreter has none), at a priority the PTX has; a wrong priority or format is refused by name;
+    the table's form reads back; a step without PDL neither prefetches nor records the lever."""
+    from decodegap.measure.fused_kernels.common import l2_ahead_args
+
+    w = torch.empty(3584, 3584, dtype=torch.bfloat16)
+    for programs in (256, 512, 1000):
+        got = l2_ahead_args(w, programs, "evict_last", True, w)
+        assert got["nx_lines"] == 3584 * 3584 * 2 // 128 and got["NX"] == 2
+        assert programs * got["nx_per"] >= got["nx_lines"] > (programs - 1) * (got["nx_per"] - 1)
+        assert got["NX_TILE"] * got["NX_STEPS"] >= got["nx_per"] and got["nx_ptr"].dtype == torch.uint8
+        assert got["nx_ptr"].numel() == w.numel() * 2 and got["nx_ptr"].data_ptr() == w.data_ptr()
+    assert l2_ahead_args(w, 256, "evict_normal", True, w)["NX"] == 1
+    assert l2_ahead_args(w, 256, "evict_last", False, w)["NX"] == 0 and l2_ahead_args(None, 256, "evict_last", True, w)["NX"] == 0
+    with pytest.raises(ValueError, match="l2_ahead priority 'evict_first'"):
+        l2_ahead_args(w, 256, "evict_first", True, w)
+    on = fk.resolve({"pdl": True, "l2_ahead": {"dense": "evict_last", "fp8": "evict_normal"}}, "cpu")
+    assert on.l2_ahead_for("dense") == "evict_last" and on.l2_ahead_for("fp8") == "evict_normal" and on.l2_ahead_for("int4") is None
+    assert fk.resolve(on.as_dict(), "cpu") == on and "l2_ahead" not in fk.resolve(None, "cpu").as_dict()
+    off = fk.resolve({"pdl": True, "l2_ahead": {"dense": None, "fp8": "evict_normal"}}, "cpu")  # null: a format's off
+    assert off.l2_ahead == {"fp8": "evict_normal"} and off.l2_ahead_for("dense") is None
+    assert fk.resolve({"l2_ahead": {"dense": "evict_last"}}, "cpu").l2_ahead_for("dense") is None  # no PDL, no prefetch
+    with pytest.raises(ValueError, match=r"l2_ahead\['dense'\] is 'first'"):
+        fk.resolve({"l2_ahead": {"dense": "first"}}, "cpu")
+    with pytest.raises(ValueError, match="l2_ahead"):
+        fk.resolve({"l2_ahead": {"bf16": "evict_last"}}, "cpu")
+    with pytest.raises(ValueError, match="l2_ahead must be"):
+        fk.resolve({"l2_ahead": "evict_last"}, "cpu")
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton",
+                     gemv_configs={"l2_ahead": {"dense": "evict_last"}})
+    assert net._l2_ahead is None and "l2_ahead" not in net.describe()

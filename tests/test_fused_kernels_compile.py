@@ -73,6 +73,11 @@ def _check(proc, rows):
         pdl = by[(case, kernel)]["pdl"]
         assert pdl["waits"] == 1 and pdl["prefetches"] == pdl["prefetches_before_wait"] > 0, (case, pdl)
     assert by[("qwen2.5-7b dense o", "_linear_kernel")]["pdl"]["prefetches"] == 0  # without PDL nothing is prefetched
+    # l2_ahead: the split programs' share of the o weight is prefetched before the wait too, on top of nothing
+    for ctx in (2048, 16384):
+        ahead_pdl = by[(f"qwen2.5-7b attention ctx {ctx} table pdl l2 ahead", "_attention_split_kernel")]["pdl"]
+        assert ahead_pdl["waits"] == 1 and ahead_pdl["prefetches"] == ahead_pdl["prefetches_before_wait"] > 0, ahead_pdl
+        assert by[(f"qwen2.5-7b attention ctx {ctx} table pdl", "_attention_split_kernel")]["pdl"]["prefetches"] == 0
     masked = by[("qwen2.5-7b attention ctx 16384 masked", "_attention_split_kernel")]["loads"]
     skipping = by[("qwen2.5-7b attention ctx 16384 skipping", "_attention_split_kernel")]["loads"]
     assert by[("qwen2.5-7b attention ctx 16384 masked in-split", "_attention_split_kernel")]  # the lever compiles for sm_90

@@ -217,6 +217,8 @@ class FusedModel:
         # pdl_prefetch: the loop steps each of the first pdl_prefetch_per_sm x SMs programs of a kernel prefetches
         self._prefetch_steps = self.shapes.prefetch_for(fmt)
         self._prefetching = self.shapes.pdl_prefetch_per_sm * fk.sm_count_of(self.device)
+        # l2_ahead: the attention's split programs prefetch the o weight into L2 while it waits on latencies
+        self._l2_ahead = self.shapes.l2_ahead_for(fmt) if self.kernel_format else None  # a packed path's o is its own
 
     def describe(self) -> dict:
         """What a session records of the step: its backend and, for the kernels, their launch shapes,
@@ -238,6 +240,8 @@ class FusedModel:
                 out["x_pairs"] = True
             if self._o_pairs:
                 out["o_pairs"] = True
+            if self._l2_ahead:
+                out["l2_ahead"] = self._l2_ahead
             if self.shapes.pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
@@ -325,9 +329,12 @@ class FusedModel:
     def _attend(self, i, position):
         from decodegap.measure import fused_kernels as fk
 
+        ahead = {}
+        if self._l2_ahead:  # the o GEMV after it reads this weight as stored
+            ahead = {"l2_ahead": self._operand(self.layers[i].o).weight, "l2_priority": self._l2_ahead}
         fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn_in, plan=self.attention_plan,
                      scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
-                     prefetch_steps=self._prefetch_steps, prefetching=self._prefetching)
+                     prefetch_steps=self._prefetch_steps, prefetching=self._prefetching, **ahead)
 
     @staticmethod
     def _operand(linear):

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 TYPES = {"bfloat16": "*bf16", "float32": "*fp32", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv", "int32": "*i32",
-         "int64": "*i64"}
+         "int64": "*i64", "uint8": "*u8"}
 # the H200's instruction issue: multiprocessors, warp schedulers each (one warp instruction a clock),
 # threads a warp, and the SM clock's maximum (nvidia-smi's clocks.max.sm on the lent H200s: 1980 MHz)
 ISSUE = {"sms": 132, "schedulers": 4, "lanes": 32, "clock_hz": 1.98e9}
@@ -259,6 +259,11 @@ def cases(quick: bool) -> dict:
                     out[f"{key} attention ctx {ctx} {name}{lever}"] = (
                         lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl, pf=pf:
                         (lambda b: b.launch(b.plan(cfg), 0, pdl=pdl, prefetch=pf))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
+            # the split programs prefetching the o weight into L2 before PDL's wait (the lever l2_ahead)
+            o_weight = torch.empty(heads.n_heads * heads.head_dim, arch["hidden_size"], dtype=torch.bfloat16)
+            out[f"{key} attention ctx {ctx} table pdl l2 ahead"] = (
+                lambda heads=heads, ctx=ctx, w=o_weight: (lambda b: b.launch(b.plan(table.attention), 0, pdl=True, l2_ahead=w))(
+                    AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
             # the combine writing fp8's halves for o (the lever o_pairs): its store scaled and rounded to f16
             out[f"{key} attention ctx {ctx} table halves out"] = (
                 lambda heads=heads, ctx=ctx: (lambda b: b.launch(b.plan(table.attention), 0, out=torch.empty(

@@ -55,6 +55,8 @@ import torch
 import triton
 import triton.language as tl
 
+from decodegap.measure.fused_kernels.launch import L2_AHEAD_PRIORITIES
+
 try:  # Triton 3.2+: griddepcontrol, Hopper's programmatic dependent launch
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # pragma: no cover - an older Triton: the PDL lever is unavailable
@@ -171,6 +173,46 @@ def prefetch_l2(ptrs):
     register, nothing waited for). Not under the interpreter, which runs no PTX: only behind PDL."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
                               is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_l2_last(ptrs):
+    """prefetch_l2 with L2's evict-last priority (PTX prefetch.global.L2::evict_last, sm_80 and newer):
+    the line outlives the evict-first weight stream that runs while it waits to be read."""
+    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+
+
+@triton.jit
+def l2_ahead_span(nx_ptr, nx_lines, nx_per, pid, NX: tl.constexpr, NX_TILE: tl.constexpr, NX_STEPS: tl.constexpr):
+    """Program `pid`'s share of a span of nx_lines 128-byte lines from nx_ptr (a byte pointer):
+    lines pid * nx_per .. + nx_per - 1, NX_TILE a step for NX_STEPS steps, prefetched into L2 (NX 1:
+    normal priority, 2: evict-last; L2_AHEAD_PRIORITIES). A line past the span prefetches the span's
+    last line again (an address that exists). What a latency-bound kernel (attention) does for the
+    weight read after it, so the memory streams that weight while the kernel waits on latencies."""
+    for i in tl.static_range(NX_STEPS):
+        line = tl.minimum(pid * nx_per + i * NX_TILE + tl.arange(0, NX_TILE), nx_lines - 1)
+        if NX == 2:
+            prefetch_l2_last(nx_ptr + line.to(tl.int64) * 128)
+        else:
+            prefetch_l2(nx_ptr + line.to(tl.int64) * 128)
+
+
+def l2_ahead_args(span, programs: int, priority: str | None, pdl: bool, stand_in) -> dict:
+    """A kernel's l2_ahead_span arguments for a tensor `span` (any dtype, contiguous: its bytes) that
+    `programs` programs prefetch among them with `priority` (L2_AHEAD_PRIORITIES); NX 0 (nothing)
+    without span or PDL: the prefetch goes before PDL's wait, which the interpreter (no PTX) never has."""
+    if span is None or not pdl:
+        return {"nx_ptr": stand_in, "nx_lines": 1, "nx_per": 0, "NX": 0, "NX_TILE": 1, "NX_STEPS": 1}
+    if priority not in L2_AHEAD_PRIORITIES:
+        raise ValueError(f"l2_ahead priority {priority!r}: one of {', '.join(L2_AHEAD_PRIORITIES)}")
+    lines = -(-span.numel() * span.element_size() // 128)
+    per = -(-lines // programs)
+    tile = min(p2(per), 2048)
+    return {"nx_ptr": span.view(-1).view(torch.uint8), "nx_lines": lines, "nx_per": per, "NX": L2_AHEAD_PRIORITIES[priority],
+            "NX_TILE": tile, "NX_STEPS": -(-per // tile)}
 
 
 @triton.jit

@@ -65,6 +65,11 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        hoists them only where it unrolls the loop over K (a few trips), so it is a
                        lever per role: a loop it keeps waits out each step's load latency with no
                        other load of the warp's outstanding
+  l2_ahead             per weight format, with pdl, the L2 priority ("evict_last" or "evict_normal") with
+                       which the attention's split programs prefetch the o projection's weight into L2
+                       before their wait, each its share (absent: off). Attention waits on latencies
+                       (a query, the splits' combine) while the memory idles; the prefetch streams
+                       the weight the kernel after it reads in that time, and o reads it from L2
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -89,6 +94,7 @@ FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernel
 READS = FORMATS + ("int4_pairs", "fp8_pairs")
 COMBINES = ("separate", "in_split")
 NORMS = ("program", "sum", "apart")
+L2_AHEAD_PRIORITIES = {"evict_normal": 1, "evict_last": 2}  # the lever l2_ahead's priorities: the split kernel's NX
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
 
 
@@ -241,6 +247,7 @@ class LaunchShapes:
     x_pairs: dict = field(default_factory=dict)
     load_ahead: dict = field(default_factory=dict)
     o_pairs: dict = field(default_factory=dict)
+    l2_ahead: dict = field(default_factory=dict)
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -260,6 +267,12 @@ class LaunchShapes:
         for fmt, on in self.o_pairs.items():  # the combine writes fp8's halves (column order) only
             if on and fmt != "fp8":
                 raise ValueError(f"launch shapes: o_pairs is a lever of fp8 weights only, not {fmt}")
+        if not isinstance(self.l2_ahead, dict):
+            raise ValueError(f"launch shapes: l2_ahead must be {{format: L2 priority}}, not {self.l2_ahead!r}")
+        for fmt, priority in self.l2_ahead.items():
+            _check_format(fmt, "launch shapes: l2_ahead")
+            if priority not in L2_AHEAD_PRIORITIES:
+                raise ValueError(f"launch shapes: l2_ahead[{fmt!r}] is {priority!r}; one of {', '.join(L2_AHEAD_PRIORITIES)}")
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
@@ -283,6 +296,11 @@ class LaunchShapes:
         if role in PAIRS_ROLES:
             return self.x_pairs_for(fmt, hidden)
         return role == "o" and self.o_pairs_for(fmt, hidden)
+
+    def l2_ahead_for(self, fmt: str) -> str | None:
+        """The L2 priority with which the attention prefetches the o weight of a step whose GEMVs read
+        `fmt` (the lever l2_ahead), or None: off. Only under PDL (the prefetch goes before its wait)."""
+        return self.l2_ahead.get(fmt) if self.pdl else None
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -332,6 +350,8 @@ class LaunchShapes:
             out["x_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.x_pairs.items()}
         if any(self.o_pairs.values()):  # absent when off: records made before the lever read the same
             out["o_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.o_pairs.items()}
+        if self.l2_ahead:  # absent when off: records made before the lever read the same
+            out["l2_ahead"] = dict(self.l2_ahead)
         if any(self.load_ahead.values()):  # absent when off: records made before the lever read the same
             out["load_ahead"] = {fmt: list(roles) for fmt, roles in self.load_ahead.items() if roles}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
@@ -546,12 +566,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -590,9 +610,15 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     given = spec.get("o_pairs", {})
     o_pairs.update({"fp8": given} if not isinstance(given, dict) else given)  # true or false alone: fp8's
     load_ahead = {**base.load_ahead, **spec.get("load_ahead", {})}  # a read given replaces the table's roles for it
+    l2_ahead = dict(base.l2_ahead)
+    given = spec.get("l2_ahead", {})
+    if not isinstance(given, dict):
+        raise ValueError(f"gemv_configs: l2_ahead must be {{format: L2 priority or null (off)}}, not {given!r}")
+    l2_ahead.update(given)
+    l2_ahead = {fmt: p for fmt, p in l2_ahead.items() if p is not None}
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs, l2_ahead=l2_ahead,
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
-    launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
+    l2_ahead_args, l2_ahead_span, launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
 from decodegap.measure.fused_kernels.fp8_pairs import X_SCALE
 from decodegap.measure.fused_kernels.gemv import HeadLayout
 from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
@@ -149,20 +149,25 @@ def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, d0, G: tl.
 
 @triton.jit
 def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, count_ptr, scale, pf_programs,
-                            G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
+                            nx_ptr, nx_lines, nx_per, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
                             SPLIT: tl.constexpr, BT: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr,
                             SKIP_EMPTY: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
-                            PF_LINE: tl.constexpr, OUT_SCALE: tl.constexpr):
+                            PF_LINE: tl.constexpr, OUT_SCALE: tl.constexpr, NX: tl.constexpr, NX_TILE: tl.constexpr,
+                            NX_STEPS: tl.constexpr):
     """Program (KV head h, split s): the group's G query heads against positions [s * SPLIT, ...) of
     the cache, up to the step's own position; writes the split's running max, sum and weighted V.
     With COMBINE, the last of the head's splits with a valid position to finish also writes the
     group's attention output to o_ptr. With PDL and PF, the split's first PF elements of K and of V
     (its first positions, whatever the step's position: the cache does not depend on the kernel
     before, bar the step's own row) are prefetched into L2 before the wait, by the first pf_programs
-    programs in launch order (h fastest)."""
+    programs in launch order (h fastest). With PDL and NX, every program first prefetches its share of
+    the span at nx_ptr (the o projection's weight, the lever l2_ahead) into L2: the weight the kernel
+    after the attention reads streams while the attention waits on its latencies."""
     h = tl.program_id(0)
     s = tl.program_id(1)
     if PDL:
+        if NX > 0:
+            l2_ahead_span(nx_ptr, nx_lines, nx_per, s * tl.num_programs(0) + h, NX, NX_TILE, NX_STEPS)
         if PF > 0:
             if s * tl.num_programs(0) + h < pf_programs:
                 off = tl.minimum((h * L + s * SPLIT) * D + tl.arange(0, PF // PF_LINE) * PF_LINE, (h + 1) * L * D - 1)
@@ -218,7 +223,8 @@ def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP:
 
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
-              pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None, only: str | None = None) -> None:
+              pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None, only: str | None = None,
+              l2_ahead=None, l2_priority: str = "evict_last") -> None:
     """out (heads * head_dim,) = softmax(q K^T * scale) V over the cache's positions 0..position, each
     query head against its group's KV head; k_cache and v_cache (kv heads, cache length, head_dim).
     Two launches (the splits, their combine), or one with plan.config.combine == "in_split". With
@@ -226,7 +232,9 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before.
     only="split" or "combine" launches that one alone (benchmarks time the two apart; out is then
     not the attention's output unless both ran). out int32 (heads * head_dim / 2 of them): fp8_pairs'
-    f16 halves of the output / 16, two columns a word (the lever o_pairs)."""
+    f16 halves of the output / 16, two columns a word (the lever o_pairs). l2_ahead: a tensor (the
+    o projection's weight) whose bytes the split programs prefetch into L2 before their wait, with
+    `l2_priority` ("evict_last" or "evict_normal"), where pdl is on (the lever l2_ahead)."""
     where = "attention"
     if only not in (None, "split", "combine"):
         raise ValueError(f"{where}: only={only!r}: 'split', 'combine' or None (both)")
@@ -258,12 +266,15 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     if fused_combine and only == "combine":
         raise ValueError(f"{where}: combine 'in_split' has no combine launch of its own to run alone")
     cd = min(cfg.combine_cols or dp, dp)
+    if l2_ahead is not None:
+        require(where, "l2_ahead", l2_ahead, device=dev)
+    ahead = l2_ahead_args(l2_ahead, heads.n_kv * plan.n_splits, l2_priority, pdl, q)
     if only != "combine":
         _attention_split_kernel[(heads.n_kv, plan.n_splits)](
             q, k_cache, v_cache, position, m, l, acc, o, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching),
             G=group, GP=gp, D=d, DP=dp, L=k_cache.shape[1], SPLIT=plan.split, BT=cfg.block_t, NS=plan.n_splits,
             CS=min(COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)), SKIP_EMPTY=cfg.skip_empty, COMBINE=fused_combine, PDL=pdl, PF=pf,
-            PF_LINE=line, OUT_SCALE=out_scale, **launch_options(cfg.warps, pdl, cfg.stages))
+            PF_LINE=line, OUT_SCALE=out_scale, **ahead, **launch_options(cfg.warps, pdl, cfg.stages))
     if not fused_combine and only != "split":
         _attention_combine_kernel[(heads.n_heads, dp // cd)](m, l, acc, o, G=group, GP=gp, D=d, DP=dp, CD=cd, NS=plan.n_splits,
                                                               CS=min(SEPARATE_COMBINE_SPLITS_PER_STEP, p2(plan.n_splits)),
