@@ -95,6 +95,7 @@ from decodegap.core.config import load_gpu, load_models
 
 # the levers part's pdl_prefetch variants: (loop steps of W prefetched before PDL's wait, by how many programs a multiprocessor)
 PDL_PREFETCH = ((1, 2), (1, 8), (4, 2), (4, 8))
+L2_AHEAD_MIB = (0, 8, 16)  # MiB of gate_up's first rows the attention prefetches after o's weight (the lever l2_ahead_mib)
 PARTS = ("checks", "steps", "ceiling", "persistent", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
@@ -1048,10 +1049,17 @@ def lever_variants(table, device) -> dict:
             out["pdl without prefetch"] = {"pdl_prefetch": 0}
         for steps, per_sm in PDL_PREFETCH:  # and the first programs' first loop steps prefetched into L2 before the wait
             out[f"pdl prefetch {steps}x{per_sm}/SM"] = {"pdl": True, "pdl_prefetch": steps, "pdl_prefetch_per_sm": per_sm}
-        for priority in ("evict_last", "evict_normal"):  # the attention prefetching o's weight into L2 (the lever l2_ahead)
-            now = {f: p for f, p in table.l2_ahead.items() if p == priority}
-            out[f"l2 ahead {priority} {'off' if len(now) == len(fk.FORMATS) else 'on'}"] = {
-                "l2_ahead": {f: None if len(now) == len(fk.FORMATS) else priority for f in fk.FORMATS}}
+        # the attention prefetching o's weight into L2 (the lever l2_ahead), and after it gate_up's first rows
+        if table.l2_ahead:
+            out["l2 ahead off"] = {"l2_ahead": {f: None for f in fk.FORMATS}}
+        for priority in ("evict_last", "evict_normal"):
+            for mib in L2_AHEAD_MIB:
+                change = {"l2_ahead": {f: priority for f in fk.FORMATS}, "l2_ahead_mib": mib}
+                for at in fk.L2_AHEAD_AT:
+                    change = {**change, "l2_ahead_at": at}
+                    got = fk.resolve(change, device)
+                    if (got.l2_ahead, got.l2_ahead_mib, got.l2_ahead_at) != (table.l2_ahead, table.l2_ahead_mib, table.l2_ahead_at):
+                        out[f"l2 ahead {priority}" + (f" + gate_up {mib} MiB" if mib else "") + f" at {at}"] = change
     att = table.attention
     out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
     if att.combine == "separate":

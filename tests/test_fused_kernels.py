@@ -982,24 +982,72 @@ def test_benchmarks_launch_each_role_as_the_step_reads_it():
     assert as_the_step_reads(fk.resolve(None, "cpu"), "dense", "qkv", 256)[0::2] == ("dense", {"norm": "program", "x_fp32": False})
 
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from decodegap.measure.fused_kernels.common import l2_ahead as _l2_ahead_jit  # noqa: E402
+
+
+@triton.jit
+def _l2_mark_kernel(l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines, l2c_per, L2_PRI: tl.constexpr,
+                    L2A_TILE: tl.constexpr, L2A_STEPS: tl.constexpr, L2B_TILE: tl.constexpr, L2B_STEPS: tl.constexpr,
+                    L2C_TILE: tl.constexpr, L2C_STEPS: tl.constexpr):
+    _l2_ahead_jit(tl.program_id(0), l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines, l2c_per, L2_PRI,
+                  L2A_TILE, L2A_STEPS, L2B_TILE, L2B_STEPS, L2C_TILE, L2C_STEPS)
+
+
+@pytest.mark.parametrize("programs", [1, 7, 64])
+def test_l2_ahead_touches_every_line_of_each_span_and_nothing_past_it(programs):
+    """The split programs' l2_ahead code itself (under the interpreter, each line it would prefetch
+    marked instead): every 128-byte line of each span is one some program prefetches, a span that ends
+    inside a line included, and nothing before or after a span is touched (its neighbours stay zero)."""
+    from decodegap.measure.fused_kernels.common import L2_MARK, l2_ahead_args
+
+    buf = torch.zeros(3 * 8192 + 3 * 256, dtype=torch.uint8)
+    sizes = (5000, 128 * 9, 700)  # bytes: ragged, whole lines, under a few lines
+    starts = [256, 256 + 8192 + 256, 256 + 2 * (8192 + 256)]
+    spans = [buf[a:a + n] for a, n in zip(starts, sizes)]
+    args = l2_ahead_args(spans, programs, "evict_last", True, buf)
+    _l2_mark_kernel[(programs,)](**{**args, "L2_PRI": L2_MARK})
+    for a, n in zip(starts, sizes):
+        marks = buf[a:a + n]
+        assert marks[::128].tolist() == [1] * -(-n // 128)  # each line's first byte
+        assert int(marks.sum()) == -(-n // 128)  # and no other byte of the span
+    outside = torch.ones_like(buf, dtype=torch.bool)
+    for a, n in zip(starts, sizes):
+        outside[a:a + n] = False
+    assert int(buf[outside].sum()) == 0
+
+
 def test_the_l2_ahead_lever_shares_the_o_weight_among_the_split_programs_and_needs_pdl():
-    """l2_ahead: every line of the o weight falls to some split program (the shares cover the span, a
-    program's share in whole prefetch tiles), only under PDL (the prefetch goes before its wait, and the
-    interpreter has none), at a priority the PTX has; a wrong priority or format is refused by name;
-    the table's form reads back; a step without PDL neither prefetches nor records the lever."""
+    """l2_ahead: every line of each span (o's weight, gate_up's first gate and up rows) falls to some
+    split program's share, the shares in whole prefetch tiles; only under PDL (the prefetch goes before
+    its wait, and the interpreter has none), at a priority the PTX has; a wrong priority, format or
+    size is refused by name; the table's form reads back; the spans are the rows gate_up's first
+    programs read; a step without PDL neither prefetches nor records the lever."""
     from decodegap.measure.fused_kernels.common import l2_ahead_args
 
-    w = torch.empty(3584, 3584, dtype=torch.bfloat16)
+    w, gu = torch.empty(3584, 3584, dtype=torch.bfloat16), torch.empty(2 * 1000, 448, dtype=torch.int32)
+    spans = [w, gu[:100], gu[1000:1100]]
     for programs in (256, 512, 1000):
-        got = l2_ahead_args(w, programs, "evict_last", True, w)
-        assert got["nx_lines"] == 3584 * 3584 * 2 // 128 and got["NX"] == 2
-        assert programs * got["nx_per"] >= got["nx_lines"] > (programs - 1) * (got["nx_per"] - 1)
-        assert got["NX_TILE"] * got["NX_STEPS"] >= got["nx_per"] and got["nx_ptr"].dtype == torch.uint8
-        assert got["nx_ptr"].numel() == w.numel() * 2 and got["nx_ptr"].data_ptr() == w.data_ptr()
-    assert l2_ahead_args(w, 256, "evict_normal", True, w)["NX"] == 1
-    assert l2_ahead_args(w, 256, "evict_last", False, w)["NX"] == 0 and l2_ahead_args(None, 256, "evict_last", True, w)["NX"] == 0
+        got = l2_ahead_args(spans, programs, "evict_last", True, w)
+        assert got["L2_PRI"] == 2
+        for slot, span in zip("abc", spans):
+            lines, per = got[f"l2{slot}_lines"], got[f"l2{slot}_per"]
+            assert lines == -(-span.numel() * span.element_size() // 128)
+            assert programs * per >= lines > (programs - 1) * (per - 1)  # covered, and no program idles for long
+            assert got[f"L2{slot.upper()}_TILE"] * got[f"L2{slot.upper()}_STEPS"] >= per
+            assert got[f"l2{slot}_ptr"].dtype == torch.uint8 and got[f"l2{slot}_ptr"].data_ptr() == span.data_ptr()
+    assert got["l2b_ptr"].numel() == 100 * 448 * 4 and got["l2c_ptr"].data_ptr() == gu[1000].data_ptr()
+    one = l2_ahead_args([w], 256, "evict_normal", True, w)
+    assert one["L2_PRI"] == 1 and one["L2B_STEPS"] == one["L2C_STEPS"] == 0  # unused slots prefetch nothing
+    assert l2_ahead_args(spans, 256, "evict_last", False, w)["L2_PRI"] == 0 and l2_ahead_args(None, 256, "evict_last", True, w)["L2_PRI"] == 0
     with pytest.raises(ValueError, match="l2_ahead priority 'evict_first'"):
-        l2_ahead_args(w, 256, "evict_first", True, w)
+        l2_ahead_args(spans, 256, "evict_first", True, w)
+    with pytest.raises(ValueError, match="4 spans, at most 3"):
+        l2_ahead_args(spans + [w], 256, "evict_last", True, w)
+    with pytest.raises(ValueError, match="span a must be contiguous"):
+        l2_ahead_args([w[:, :100]], 256, "evict_last", True, w)
     on = fk.resolve({"pdl": True, "l2_ahead": {"dense": "evict_last", "fp8": "evict_normal"}}, "cpu")
     assert on.l2_ahead_for("dense") == "evict_last" and on.l2_ahead_for("fp8") == "evict_normal" and on.l2_ahead_for("int4") is None
     assert fk.resolve(on.as_dict(), "cpu") == on and "l2_ahead" not in fk.resolve(None, "cpu").as_dict()
@@ -1012,6 +1060,26 @@ def test_the_l2_ahead_lever_shares_the_o_weight_among_the_split_programs_and_nee
         fk.resolve({"l2_ahead": {"bf16": "evict_last"}}, "cpu")
     with pytest.raises(ValueError, match="l2_ahead must be"):
         fk.resolve({"l2_ahead": "evict_last"}, "cpu")
+    mib = fk.resolve({"pdl": True, "l2_ahead": {"dense": "evict_last"}, "l2_ahead_mib": {"dense": 16}}, "cpu")
+    assert mib.l2_ahead_bytes_for("dense") == 16 * 2**20 and mib.l2_ahead_bytes_for("fp8") == 0  # fp8's l2_ahead is off
+    assert fk.resolve(mib.as_dict(), "cpu") == mib
+    with pytest.raises(ValueError, match="l2_ahead_mib"):
+        fk.resolve({"l2_ahead_mib": {"dense": -1}}, "cpu")
+    assert fk.resolve({"l2_ahead_at": "end"}, "cpu").as_dict()["l2_ahead_at"] == "end"
+    with pytest.raises(ValueError, match="l2_ahead_at 'middle'"):
+        fk.resolve({"l2_ahead_at": "middle"}, "cpu")
     net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton",
-                     gemv_configs={"l2_ahead": {"dense": "evict_last"}})
+                     gemv_configs={"l2_ahead": {"dense": "evict_last"}, "l2_ahead_mib": {"dense": 1}})
     assert net._l2_ahead is None and "l2_ahead" not in net.describe()
+    # the spans as a step with PDL would hand them (set here by hand: the CPU has no PDL)
+    net._l2_ahead, net._l2_ahead_bytes = "evict_last", 2**16
+    o, gu = net._operand(net.layers[1].o).weight, net._operand(net.layers[1].gate_up).weight
+    got = net._l2_spans(1)
+    inter, rows = gu.shape[0] // 2, 2**16 // 2 // (gu.shape[1] * gu.element_size())
+    assert got[0] is o and got[1].data_ptr() == gu.data_ptr() and got[2].data_ptr() == gu[inter].data_ptr()
+    assert got[1].shape[0] == got[2].shape[0] == min(rows, inter) > 0
+    assert net.describe()["l2_ahead"] == "evict_last" and net.describe()["l2_ahead_mib"] == 2**16 / 2**20
+    heads, plan = net.heads, net.attention_plan
+    with pytest.raises(ValueError, match="attention: l2_at 'middle'"):
+        fk.attention(net._q, net.k_cache[0], net.v_cache[0], torch.tensor([3]), net._attn, plan=plan, scratch=net._scratch,
+                     heads=heads, scale=0.1, l2_ahead=got, l2_at="middle")

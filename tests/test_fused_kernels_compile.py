@@ -74,9 +74,11 @@ def _check(proc, rows):
         assert pdl["waits"] == 1 and pdl["prefetches"] == pdl["prefetches_before_wait"] > 0, (case, pdl)
     assert by[("qwen2.5-7b dense o", "_linear_kernel")]["pdl"]["prefetches"] == 0  # without PDL nothing is prefetched
     # l2_ahead: the split programs' share of the o weight is prefetched before the wait too, on top of nothing
-    for ctx in (2048, 16384):
-        ahead_pdl = by[(f"qwen2.5-7b attention ctx {ctx} table pdl l2 ahead", "_attention_split_kernel")]["pdl"]
+    for ctx in (2048, 16384):  # at the start, before the wait; at the end, after it (behind the split's own loads)
+        ahead_pdl = by[(f"qwen2.5-7b attention ctx {ctx} table pdl l2 ahead start", "_attention_split_kernel")]["pdl"]
         assert ahead_pdl["waits"] == 1 and ahead_pdl["prefetches"] == ahead_pdl["prefetches_before_wait"] > 0, ahead_pdl
+        at_end = by[(f"qwen2.5-7b attention ctx {ctx} table pdl l2 ahead end", "_attention_split_kernel")]["pdl"]
+        assert at_end["waits"] == 1 and at_end["prefetches"] == ahead_pdl["prefetches"] and at_end["prefetches_before_wait"] == 0, at_end
         assert by[(f"qwen2.5-7b attention ctx {ctx} table pdl", "_attention_split_kernel")]["pdl"]["prefetches"] == 0
     masked = by[("qwen2.5-7b attention ctx 16384 masked", "_attention_split_kernel")]["loads"]
     skipping = by[("qwen2.5-7b attention ctx 16384 skipping", "_attention_split_kernel")]["loads"]

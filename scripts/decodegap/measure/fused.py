@@ -219,6 +219,7 @@ class FusedModel:
         self._prefetching = self.shapes.pdl_prefetch_per_sm * fk.sm_count_of(self.device)
         # l2_ahead: the attention's split programs prefetch the o weight into L2 while it waits on latencies
         self._l2_ahead = self.shapes.l2_ahead_for(fmt) if self.kernel_format else None  # a packed path's o is its own
+        self._l2_ahead_bytes = self.shapes.l2_ahead_bytes_for(fmt) if self._l2_ahead else 0
 
     def describe(self) -> dict:
         """What a session records of the step: its backend and, for the kernels, their launch shapes,
@@ -242,6 +243,9 @@ class FusedModel:
                 out["o_pairs"] = True
             if self._l2_ahead:
                 out["l2_ahead"] = self._l2_ahead
+                if self._l2_ahead_bytes:
+                    out["l2_ahead_mib"] = self._l2_ahead_bytes / 2**20
+                out["l2_ahead_at"] = self.shapes.l2_ahead_at
             if self.shapes.pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
@@ -330,11 +334,23 @@ class FusedModel:
         from decodegap.measure import fused_kernels as fk
 
         ahead = {}
-        if self._l2_ahead:  # the o GEMV after it reads this weight as stored
-            ahead = {"l2_ahead": self._operand(self.layers[i].o).weight, "l2_priority": self._l2_ahead}
+        if self._l2_ahead:  # o's weight as stored, then gate_up's first rows
+            ahead = {"l2_ahead": self._l2_spans(i), "l2_priority": self._l2_ahead, "l2_at": self.shapes.l2_ahead_at}
         fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn_in, plan=self.attention_plan,
                      scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
                      prefetch_steps=self._prefetch_steps, prefetching=self._prefetching, **ahead)
+
+    def _l2_spans(self, i: int) -> list:
+        """What layer i's attention prefetches into L2 under l2_ahead: the o weight as stored, then
+        (l2_ahead_mib) gate_up's first rows of its gate half and of its up half, as many of each as
+        fill half the bytes: the rows its first programs read."""
+        spans = [self._operand(self.layers[i].o).weight]
+        if self._l2_ahead_bytes:
+            w = self._operand(self.layers[i].gate_up).weight  # gate rows, then up rows
+            inter = w.shape[0] // 2
+            rows = min(inter, max(1, self._l2_ahead_bytes // 2 // (w.shape[1] * w.element_size())))
+            spans += [w[:rows], w[inter:inter + rows]]
+        return spans
 
     @staticmethod
     def _operand(linear):

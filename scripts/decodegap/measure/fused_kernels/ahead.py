@@ -260,10 +260,15 @@ def cases(quick: bool) -> dict:
                         lambda heads=heads, ctx=ctx, cfg=cfg, pdl=pdl, pf=pf:
                         (lambda b: b.launch(b.plan(cfg), 0, pdl=pdl, prefetch=pf))(AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
             # the split programs prefetching the o weight into L2 before PDL's wait (the lever l2_ahead)
+            # (o's weight, then the first rows of gate_up's gate and up halves)
             o_weight = torch.empty(heads.n_heads * heads.head_dim, arch["hidden_size"], dtype=torch.bfloat16)
-            out[f"{key} attention ctx {ctx} table pdl l2 ahead"] = (
-                lambda heads=heads, ctx=ctx, w=o_weight: (lambda b: b.launch(b.plan(table.attention), 0, pdl=True, l2_ahead=w))(
-                    AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
+            gate_up = torch.empty(2 * arch["intermediate_size"], arch["hidden_size"], dtype=torch.bfloat16)
+            spans = [o_weight, gate_up[:512], gate_up[arch["intermediate_size"]:arch["intermediate_size"] + 512]]
+            for at in ("start", "end"):
+                out[f"{key} attention ctx {ctx} table pdl l2 ahead {at}"] = (
+                    lambda heads=heads, ctx=ctx, spans=spans, at=at: (lambda b: b.launch(b.plan(table.attention), 0, pdl=True, l2_ahead=spans,
+                                                                                         l2_at=at))(
+                        AttentionBench(heads, ctx, 1, "cpu", torch.bfloat16)))
             # the combine writing fp8's halves for o (the lever o_pairs): its store scaled and rounded to f16
             out[f"{key} attention ctx {ctx} table halves out"] = (
                 lambda heads=heads, ctx=ctx: (lambda b: b.launch(b.plan(table.attention), 0, out=torch.empty(

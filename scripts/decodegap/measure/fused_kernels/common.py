@@ -185,34 +185,67 @@ def prefetch_l2_last(ptrs):
 
 
 
+L2_MARK = 3  # l2_ahead's PRI that marks the lines it would prefetch (tests: the shares, run under the interpreter)
+L2_AHEAD_SLOTS = 3  # spans a kernel prefetches under l2_ahead: o's weight, and the first rows of gate_up's gate and up halves
+
+
 @triton.jit
-def l2_ahead_span(nx_ptr, nx_lines, nx_per, pid, NX: tl.constexpr, NX_TILE: tl.constexpr, NX_STEPS: tl.constexpr):
-    """Program `pid`'s share of a span of nx_lines 128-byte lines from nx_ptr (a byte pointer):
-    lines pid * nx_per .. + nx_per - 1, NX_TILE a step for NX_STEPS steps, prefetched into L2 (NX 1:
-    normal priority, 2: evict-last; L2_AHEAD_PRIORITIES). A line past the span prefetches the span's
-    last line again (an address that exists). What a latency-bound kernel (attention) does for the
-    weight read after it, so the memory streams that weight while the kernel waits on latencies."""
-    for i in tl.static_range(NX_STEPS):
-        line = tl.minimum(pid * nx_per + i * NX_TILE + tl.arange(0, NX_TILE), nx_lines - 1)
-        if NX == 2:
-            prefetch_l2_last(nx_ptr + line.to(tl.int64) * 128)
+def l2_ahead_span(ptr, lines, per, pid, PRI: tl.constexpr, TILE: tl.constexpr, STEPS: tl.constexpr):
+    """Program `pid`'s share of a span of `lines` 128-byte lines from `ptr` (a byte pointer): lines
+    pid * per .. pid * per + per - 1, TILE a step for STEPS steps (none: STEPS 0), prefetched into L2 with
+    priority PRI (L2_AHEAD_PRIORITIES: 1 normal, 2 evict-last). A line past the share prefetches the
+    share's last line again, one past the span the span's last (addresses that exist). PRI L2_MARK
+    (tests, under the interpreter, which runs no PTX) writes 1 to each line's first byte instead."""
+    last = tl.minimum(pid * per + per, lines) - 1
+    for i in tl.static_range(STEPS):
+        line = tl.minimum(pid * per + i * TILE + tl.arange(0, TILE), last)
+        if PRI == 3:
+            tl.store(ptr + line.to(tl.int64) * 128, tl.full((TILE,), 1, tl.uint8))
+        elif PRI == 2:
+            prefetch_l2_last(ptr + line.to(tl.int64) * 128)
         else:
-            prefetch_l2(nx_ptr + line.to(tl.int64) * 128)
+            prefetch_l2(ptr + line.to(tl.int64) * 128)
 
 
-def l2_ahead_args(span, programs: int, priority: str | None, pdl: bool, stand_in) -> dict:
-    """A kernel's l2_ahead_span arguments for a tensor `span` (any dtype, contiguous: its bytes) that
-    `programs` programs prefetch among them with `priority` (L2_AHEAD_PRIORITIES); NX 0 (nothing)
-    without span or PDL: the prefetch goes before PDL's wait, which the interpreter (no PTX) never has."""
-    if span is None or not pdl:
-        return {"nx_ptr": stand_in, "nx_lines": 1, "nx_per": 0, "NX": 0, "NX_TILE": 1, "NX_STEPS": 1}
+@triton.jit
+def l2_ahead(pid, l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines, l2c_per, L2_PRI: tl.constexpr,
+             L2A_TILE: tl.constexpr, L2A_STEPS: tl.constexpr, L2B_TILE: tl.constexpr, L2B_STEPS: tl.constexpr,
+             L2C_TILE: tl.constexpr, L2C_STEPS: tl.constexpr):
+    """Program `pid`'s share of each of the (up to) L2_AHEAD_SLOTS spans l2_ahead_args laid out, in slot
+    order (the weight read first, first): what a latency-bound kernel (attention) does for the weights
+    read after it, so the memory streams them while it waits on latencies. Nothing when L2_PRI is 0."""
+    if L2_PRI > 0:
+        l2_ahead_span(l2a_ptr, l2a_lines, l2a_per, pid, L2_PRI, L2A_TILE, L2A_STEPS)
+        l2_ahead_span(l2b_ptr, l2b_lines, l2b_per, pid, L2_PRI, L2B_TILE, L2B_STEPS)
+        l2_ahead_span(l2c_ptr, l2c_lines, l2c_per, pid, L2_PRI, L2C_TILE, L2C_STEPS)
+
+
+def l2_ahead_args(spans, programs: int, priority: str | None, pdl: bool, stand_in) -> dict:
+    """l2_ahead's arguments for `spans` (up to L2_AHEAD_SLOTS contiguous tensors of any dtype: their
+    bytes, in the order they are read), each shared among `programs` programs in whole lines, with
+    `priority` (L2_AHEAD_PRIORITIES). Nothing (L2_PRI 0) without spans or PDL: the prefetch goes before
+    PDL's wait (the interpreter, which runs no PTX, never has it)."""
+    spans = [t for t in (spans or []) if t is not None and t.numel()]
+    out = {"L2_PRI": 0}
+    for slot in "abc":
+        out.update({f"l2{slot}_ptr": stand_in, f"l2{slot}_lines": 1, f"l2{slot}_per": 0,
+                    f"L2{slot.upper()}_TILE": 1, f"L2{slot.upper()}_STEPS": 0})
+    if not spans or not pdl:
+        return out
     if priority not in L2_AHEAD_PRIORITIES:
         raise ValueError(f"l2_ahead priority {priority!r}: one of {', '.join(L2_AHEAD_PRIORITIES)}")
-    lines = -(-span.numel() * span.element_size() // 128)
-    per = -(-lines // programs)
-    tile = min(p2(per), 2048)
-    return {"nx_ptr": span.view(-1).view(torch.uint8), "nx_lines": lines, "nx_per": per, "NX": L2_AHEAD_PRIORITIES[priority],
-            "NX_TILE": tile, "NX_STEPS": -(-per // tile)}
+    if len(spans) > L2_AHEAD_SLOTS:
+        raise ValueError(f"l2_ahead: {len(spans)} spans, at most {L2_AHEAD_SLOTS}")
+    out["L2_PRI"] = L2_AHEAD_PRIORITIES[priority]
+    for slot, span in zip("abc", spans):
+        if not span.is_contiguous():
+            raise ValueError(f"l2_ahead: span {slot} must be contiguous (shape {tuple(span.shape)}, strides {span.stride()})")
+        lines = -(-span.numel() * span.element_size() // 128)
+        per = -(-lines // programs)
+        tile = min(p2(per), 2048)
+        out.update({f"l2{slot}_ptr": span.reshape(-1).view(torch.uint8), f"l2{slot}_lines": lines, f"l2{slot}_per": per,
+                    f"L2{slot.upper()}_TILE": tile, f"L2{slot.upper()}_STEPS": -(-per // tile)})
+    return out
 
 
 @triton.jit

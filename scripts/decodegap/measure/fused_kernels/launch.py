@@ -70,6 +70,12 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        before their wait, each its share (absent: off). Attention waits on latencies
                        (a query, the splits' combine) while the memory idles; the prefetch streams
                        the weight the kernel after it reads in that time, and o reads it from L2
+  l2_ahead_mib         per weight format, with l2_ahead on: MiB of gate_up's weight the attention prefetches
+                       after o's, its first rows (half of them gate rows, half up rows: its first
+                       programs' rows), so the MLP's first programs read from L2 too (0 where absent)
+  l2_ahead_at          where the split programs prefetch: "start" (before PDL's wait, while the kernel
+                       before drains) or "end" (after their partials are stored, while the combine and
+                       the handover to o run: their own K and V loads are not queued behind it)
   norm                 per weight format, how the RMSNorm before qkv, gate_up and lm_head is done:
                        "program" (every GEMV program sums x's squares and normalises each x value it
                        multiplies: a pass over x from L2 and the norm's arithmetic, per program),
@@ -94,7 +100,8 @@ FORMATS = ("dense", "fp8", "int4")  # the weight storage formats the GEMV kernel
 READS = FORMATS + ("int4_pairs", "fp8_pairs")
 COMBINES = ("separate", "in_split")
 NORMS = ("program", "sum", "apart")
-L2_AHEAD_PRIORITIES = {"evict_normal": 1, "evict_last": 2}  # the lever l2_ahead's priorities: the split kernel's NX
+L2_AHEAD_PRIORITIES = {"evict_normal": 1, "evict_last": 2}  # the lever l2_ahead's priorities: the split kernel's L2_PRI
+L2_AHEAD_AT = ("start", "end")  # where in the split programs it prefetches: before PDL's wait, after the partials' stores
 DEFAULT_SM_COUNT = 132  # multiprocessors assumed where there is no GPU to ask (the CPU's interpreter): the H200's
 
 
@@ -248,6 +255,8 @@ class LaunchShapes:
     load_ahead: dict = field(default_factory=dict)
     o_pairs: dict = field(default_factory=dict)
     l2_ahead: dict = field(default_factory=dict)
+    l2_ahead_mib: dict = field(default_factory=dict)
+    l2_ahead_at: str = "start"
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
@@ -273,6 +282,13 @@ class LaunchShapes:
             _check_format(fmt, "launch shapes: l2_ahead")
             if priority not in L2_AHEAD_PRIORITIES:
                 raise ValueError(f"launch shapes: l2_ahead[{fmt!r}] is {priority!r}; one of {', '.join(L2_AHEAD_PRIORITIES)}")
+        if self.l2_ahead_at not in L2_AHEAD_AT:
+            raise ValueError(f"launch shapes: l2_ahead_at {self.l2_ahead_at!r}: one of {', '.join(L2_AHEAD_AT)}")
+        if not isinstance(self.l2_ahead_mib, dict):
+            raise ValueError(f"launch shapes: l2_ahead_mib must be {{format: MiB}}, not {self.l2_ahead_mib!r}")
+        for fmt, mib in self.l2_ahead_mib.items():
+            _check_format(fmt, "launch shapes: l2_ahead_mib")
+            _check_whole(f"l2_ahead_mib[{fmt!r}]", mib, 0)
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
@@ -301,6 +317,11 @@ class LaunchShapes:
         """The L2 priority with which the attention prefetches the o weight of a step whose GEMVs read
         `fmt` (the lever l2_ahead), or None: off. Only under PDL (the prefetch goes before its wait)."""
         return self.l2_ahead.get(fmt) if self.pdl else None
+
+    def l2_ahead_bytes_for(self, fmt: str) -> int:
+        """Bytes of gate_up's first rows the attention prefetches after o's weight (l2_ahead_mib), where
+        l2_ahead is on for `fmt`; else 0."""
+        return self.l2_ahead_mib.get(fmt, 0) * 2**20 if self.l2_ahead_for(fmt) else 0
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -352,6 +373,10 @@ class LaunchShapes:
             out["o_pairs"] = {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.o_pairs.items()}
         if self.l2_ahead:  # absent when off: records made before the lever read the same
             out["l2_ahead"] = dict(self.l2_ahead)
+        if any(self.l2_ahead_mib.values()):  # absent when 0: records made before the lever read the same
+            out["l2_ahead_mib"] = dict(self.l2_ahead_mib)
+        if self.l2_ahead_at != "start":  # absent at the start: records made before the lever read the same
+            out["l2_ahead_at"] = self.l2_ahead_at
         if any(self.load_ahead.values()):  # absent when off: records made before the lever read the same
             out["load_ahead"] = {fmt: list(roles) for fmt, roles in self.load_ahead.items() if roles}
         if self.gemv_by_hidden:  # absent when empty: records made before it read the same
@@ -566,12 +591,12 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         return spec
     if not isinstance(spec, dict):
         raise ValueError(f"gemv_configs: a dict or LaunchShapes, not {type(spec).__name__}")
-    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
+    if not spec.keys() & {"gemv", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "l2_ahead_mib", "l2_ahead_at", "gemv_by_hidden", "norm"}:  # {role: shape}: dense overrides, for every width
         given = _gemv_from_json(spec, "gemv_configs")
         return base.replace(gemv={**base.gemv, "dense": {**base.gemv["dense"], **given}},
                             gemv_by_hidden=_without(base.gemv_by_hidden, {"dense": given}),
                             source=f"{base.source}; dense roles {', '.join(sorted(spec))} given")
-    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "norm", "source", "gpu", "device_name", "sm_count",
+    unknown = sorted(set(spec) - {"gemv", "gemv_by_hidden", "attention", "pdl", "pdl_prefetch", "pdl_prefetch_per_sm", "x_fp32", "x_pairs", "o_pairs", "load_ahead", "l2_ahead", "l2_ahead_mib", "l2_ahead_at", "norm", "source", "gpu", "device_name", "sm_count",
                                   "timings_us", "budget_s", "spent_s", "skipped"})
     if unknown:
         raise ValueError(f"gemv_configs: unknown key(s) {', '.join(unknown)}")
@@ -616,9 +641,13 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
         raise ValueError(f"gemv_configs: l2_ahead must be {{format: L2 priority or null (off)}}, not {given!r}")
     l2_ahead.update(given)
     l2_ahead = {fmt: p for fmt, p in l2_ahead.items() if p is not None}
+    l2_ahead_mib = dict(base.l2_ahead_mib)
+    given = spec.get("l2_ahead_mib", {})
+    l2_ahead_mib.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # a number: every format's
     return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
-                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs, l2_ahead=l2_ahead,
+                        pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs, l2_ahead=l2_ahead, l2_ahead_mib=l2_ahead_mib,
+                        l2_ahead_at=spec.get("l2_ahead_at", base.l2_ahead_at),
                         pdl_prefetch_per_sm=spec.get("pdl_prefetch_per_sm", base.pdl_prefetch_per_sm))
 
 

@@ -19,6 +19,11 @@ less of the splits' weighted V. `combine="in_split"` drops the combine's launch:
 counts itself done on an atomic counter per KV head, and the last one combines that head's group
 (reading every split's partials through L2) and resets the counter for the next step.
 
+With PDL the split programs may also prefetch the weights read after the attention into L2 (the lever
+l2_ahead, launch.py): the o projection's, and gate_up's first rows, each program a share of their
+lines, before its wait or after its partials are stored. Attention waits on latencies (the query, the
+combine, the handovers) while the memory idles; the weights stream in that time instead.
+
 The output is the query's dtype, or (`out` int32) fp8_pairs' f16 halves of out / 16: the input the
 o projection's fp8 halves loop reads (the lever o_pairs, launch.py), written by the combine itself so
 no launch converts it.
@@ -33,10 +38,10 @@ import triton
 import triton.language as tl
 
 from decodegap.measure.fused_kernels.common import (
-    l2_ahead_args, l2_ahead_span, launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
+    l2_ahead, l2_ahead_args, launch_options, p2, pdl_start, prefetch_elements, prefetch_l2, prefetch_programs, require)
 from decodegap.measure.fused_kernels.fp8_pairs import X_SCALE
 from decodegap.measure.fused_kernels.gemv import HeadLayout
-from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, AttentionConfig
+from decodegap.measure.fused_kernels.launch import DEFAULT_SM_COUNT, L2_AHEAD_AT, AttentionConfig
 
 COMBINE_SPLITS_PER_STEP = 16  # CS: splits the in-split combine reads per loop step (a CS x head_dim tile)
 # CS of the separate combine: up to 128 splits in one tile (the H200 table's 24-65 splits: one step,
@@ -149,25 +154,30 @@ def _combine_query_head(m_ptr, l_ptr, acc_ptr, o_ptr, h, g, n_active, d0, G: tl.
 
 @triton.jit
 def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, o_ptr, count_ptr, scale, pf_programs,
-                            nx_ptr, nx_lines, nx_per, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
+                            l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines, l2c_per,
+                            G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, L: tl.constexpr,
                             SPLIT: tl.constexpr, BT: tl.constexpr, NS: tl.constexpr, CS: tl.constexpr,
                             SKIP_EMPTY: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr, PF: tl.constexpr,
-                            PF_LINE: tl.constexpr, OUT_SCALE: tl.constexpr, NX: tl.constexpr, NX_TILE: tl.constexpr,
-                            NX_STEPS: tl.constexpr):
+                            PF_LINE: tl.constexpr, OUT_SCALE: tl.constexpr, L2_PRI: tl.constexpr,
+                            L2A_TILE: tl.constexpr, L2A_STEPS: tl.constexpr, L2B_TILE: tl.constexpr, L2B_STEPS: tl.constexpr,
+                            L2C_TILE: tl.constexpr, L2C_STEPS: tl.constexpr, L2_AT: tl.constexpr):
     """Program (KV head h, split s): the group's G query heads against positions [s * SPLIT, ...) of
     the cache, up to the step's own position; writes the split's running max, sum and weighted V.
     With COMBINE, the last of the head's splits with a valid position to finish also writes the
     group's attention output to o_ptr. With PDL and PF, the split's first PF elements of K and of V
     (its first positions, whatever the step's position: the cache does not depend on the kernel
     before, bar the step's own row) are prefetched into L2 before the wait, by the first pf_programs
-    programs in launch order (h fastest). With PDL and NX, every program first prefetches its share of
-    the span at nx_ptr (the o projection's weight, the lever l2_ahead) into L2: the weight the kernel
-    after the attention reads streams while the attention waits on its latencies."""
+    programs in launch order (h fastest). With PDL and L2_PRI, every program first prefetches its share
+    of the l2 spans (the o projection's weight, and the first rows of gate_up's: the lever l2_ahead) into
+    L2: the weights the kernels after the attention read stream while it waits on its latencies; before
+    its wait (L2_AT 0: while the kernel before drains) or after its partials are stored (L2_AT 1: while
+    the combine and the handover to o run)."""
     h = tl.program_id(0)
     s = tl.program_id(1)
     if PDL:
-        if NX > 0:
-            l2_ahead_span(nx_ptr, nx_lines, nx_per, s * tl.num_programs(0) + h, NX, NX_TILE, NX_STEPS)
+        if L2_AT == 0:
+            l2_ahead(s * tl.num_programs(0) + h, l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines,
+                     l2c_per, L2_PRI, L2A_TILE, L2A_STEPS, L2B_TILE, L2B_STEPS, L2C_TILE, L2C_STEPS)
         if PF > 0:
             if s * tl.num_programs(0) + h < pf_programs:
                 off = tl.minimum((h * L + s * SPLIT) * D + tl.arange(0, PF // PF_LINE) * PF_LINE, (h + 1) * L * D - 1)
@@ -198,6 +208,10 @@ def _attention_split_kernel(q_ptr, kc_ptr, vc_ptr, pos_ptr, m_ptr, l_ptr, acc_pt
     tl.store(m_ptr + idx, m, mask=real)
     tl.store(l_ptr + idx, l, mask=real)
     tl.store(acc_ptr + idx[:, None] * DP + d[None, :], acc, mask=real[:, None])
+    if PDL:
+        if L2_AT == 1:
+            l2_ahead(s * tl.num_programs(0) + h, l2a_ptr, l2a_lines, l2a_per, l2b_ptr, l2b_lines, l2b_per, l2c_ptr, l2c_lines,
+                     l2c_per, L2_PRI, L2A_TILE, L2A_STEPS, L2B_TILE, L2B_STEPS, L2C_TILE, L2C_STEPS)
     if COMBINE:
         if start < n_valid:
             n_active = (n_valid + SPLIT - 1) // SPLIT
@@ -224,7 +238,7 @@ def _attention_combine_kernel(m_ptr, l_ptr, acc_ptr, o_ptr, G: tl.constexpr, GP:
 
 def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratch, heads: HeadLayout, scale: float,
               pdl: bool = False, prefetch_steps: int = 0, prefetching: int | None = None, only: str | None = None,
-              l2_ahead=None, l2_priority: str = "evict_last") -> None:
+              l2_ahead=None, l2_priority: str = "evict_last", l2_at: str = "start") -> None:
     """out (heads * head_dim,) = softmax(q K^T * scale) V over the cache's positions 0..position, each
     query head against its group's KV head; k_cache and v_cache (kv heads, cache length, head_dim).
     Two launches (the splits, their combine), or one with plan.config.combine == "in_split". With
@@ -232,9 +246,11 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     `prefetch_steps` loop steps of K and V into L2 before it waits for the kernel before.
     only="split" or "combine" launches that one alone (benchmarks time the two apart; out is then
     not the attention's output unless both ran). out int32 (heads * head_dim / 2 of them): fp8_pairs'
-    f16 halves of the output / 16, two columns a word (the lever o_pairs). l2_ahead: a tensor (the
-    o projection's weight) whose bytes the split programs prefetch into L2 before their wait, with
-    `l2_priority` ("evict_last" or "evict_normal"), where pdl is on (the lever l2_ahead)."""
+    f16 halves of the output / 16, two columns a word (the lever o_pairs). l2_ahead: up to three
+    contiguous tensors (the o projection's weight, the first rows of gate_up's gate and up halves)
+    whose bytes the split programs prefetch into L2 before their wait, with `l2_priority`
+    ("evict_last" or "evict_normal"), where pdl is on (the lever l2_ahead): at the programs' `l2_at`,
+    "start" (before their wait) or "end" (after their partials are stored)."""
     where = "attention"
     if only not in (None, "split", "combine"):
         raise ValueError(f"{where}: only={only!r}: 'split', 'combine' or None (both)")
@@ -266,9 +282,11 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     if fused_combine and only == "combine":
         raise ValueError(f"{where}: combine 'in_split' has no combine launch of its own to run alone")
     cd = min(cfg.combine_cols or dp, dp)
-    if l2_ahead is not None:
-        require(where, "l2_ahead", l2_ahead, device=dev)
-    ahead = l2_ahead_args(l2_ahead, heads.n_kv * plan.n_splits, l2_priority, pdl, q)
+    for i, span in enumerate(l2_ahead or []):
+        require(where, f"l2_ahead[{i}]", span, device=dev)
+    if l2_at not in L2_AHEAD_AT:
+        raise ValueError(f"{where}: l2_at {l2_at!r}: one of {', '.join(L2_AHEAD_AT)}")
+    ahead = {**l2_ahead_args(l2_ahead, heads.n_kv * plan.n_splits, l2_priority, pdl, q), "L2_AT": L2_AHEAD_AT.index(l2_at)}
     if only != "combine":
         _attention_split_kernel[(heads.n_kv, plan.n_splits)](
             q, k_cache, v_cache, position, m, l, acc, o, count, scale, prefetch_programs(heads.n_kv * plan.n_splits, prefetching),

@@ -290,15 +290,16 @@ class AttentionBench:
         return attn.AttentionPlan.for_cache(self.cache_len, self.heads.n_kv, config, sm_count_of(self.device))
 
     def launch(self, plan: attn.AttentionPlan, i: int = 0, pdl: bool = False, prefetch: int = 0, only: str | None = None,
-               out: torch.Tensor | None = None, l2_ahead=None, l2_priority: str = "evict_last") -> None:
+               out: torch.Tensor | None = None, l2_ahead=None, l2_priority: str = "evict_last", l2_at: str = "start") -> None:
         """One attention call on layer i's cache; only="split" or "combine": that launch alone (attn.attention);
         out: where it writes (default the query's dtype; int32: fp8's halves for o, the lever o_pairs);
-        l2_ahead: a tensor its split programs prefetch into L2 under pdl (the lever l2_ahead)."""
+        l2_ahead: tensors its split programs prefetch into L2 under pdl (the lever l2_ahead)."""
         key = (plan.split, plan.n_splits)
         if key not in self._scratch:
             self._scratch[key] = attn.attention_scratch(plan, self.heads, self.device)
         attn.attention(self.q, *self.caches[i], self.pos, self.out if out is None else out, plan=plan, scratch=self._scratch[key], heads=self.heads,
-                       scale=self.scale, pdl=pdl, prefetch_steps=prefetch, only=only, l2_ahead=l2_ahead, l2_priority=l2_priority)
+                       scale=self.scale, pdl=pdl, prefetch_steps=prefetch, only=only, l2_ahead=l2_ahead, l2_priority=l2_priority,
+                       l2_at=l2_at)
 
     def error(self, plan: attn.AttentionPlan) -> float:
         self.out.fill_(float("nan"))
