@@ -1056,10 +1056,10 @@ def lever_variants(table, device) -> dict:
             for mib in L2_AHEAD_MIB:
                 change = {"l2_ahead": {f: priority for f in fk.FORMATS}, "l2_ahead_mib": mib}
                 for at in fk.L2_AHEAD_AT:
-                    change = {**change, "l2_ahead_at": at}
-                    got = fk.resolve(change, device)
+                    variant = {**change, "l2_ahead_at": at}
+                    got = fk.resolve(variant, device)
                     if (got.l2_ahead, got.l2_ahead_mib, got.l2_ahead_at) != (table.l2_ahead, table.l2_ahead_mib, table.l2_ahead_at):
-                        out[f"l2 ahead {priority}" + (f" + gate_up {mib} MiB" if mib else "") + f" at {at}"] = change
+                        out[f"l2 ahead {priority}" + (f" + gate_up {mib} MiB" if mib else "") + f" at {at}"] = variant
     att = table.attention
     out["attention masked" if att.skip_empty else "attention skip-empty"] = {"attention": {"skip_empty": not att.skip_empty}}
     if att.combine == "separate":

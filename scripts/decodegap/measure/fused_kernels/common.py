@@ -168,21 +168,17 @@ def pdl_start(PDL: tl.constexpr):
 
 
 @triton.jit
-def prefetch_l2(ptrs):
+def prefetch_l2(ptrs, LAST: tl.constexpr = False):
     """Each pointer's 128-byte line fetched into L2 (PTX prefetch.global.L2: nothing written to a
-    register, nothing waited for). Not under the interpreter, which runs no PTX: only behind PDL."""
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_l2_last(ptrs):
-    """prefetch_l2 with L2's evict-last priority (PTX prefetch.global.L2::evict_last, sm_80 and newer):
-    the line outlives the evict-first weight stream that runs while it waits to be read."""
-    tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
+    register, nothing waited for); LAST: with L2's evict-last priority (prefetch.global.L2::evict_last,
+    sm_80 and newer), so the line outlives the evict-first weight streams that run before it is read.
+    Not under the interpreter, which runs no PTX: only behind PDL."""
+    if LAST:
+        tl.inline_asm_elementwise("prefetch.global.L2::evict_last [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                                  is_pure=False, pack=1)
 
 
 L2_MARK = 3  # l2_ahead's PRI that marks the lines it would prefetch (tests: the shares, run under the interpreter)
@@ -199,12 +195,10 @@ def l2_ahead_span(ptr, lines, per, pid, PRI: tl.constexpr, TILE: tl.constexpr, S
     last = tl.minimum(pid * per + per, lines) - 1
     for i in tl.static_range(STEPS):
         line = tl.minimum(pid * per + i * TILE + tl.arange(0, TILE), last)
-        if PRI == 3:
+        if PRI == 3:  # L2_MARK
             tl.store(ptr + line.to(tl.int64) * 128, tl.full((TILE,), 1, tl.uint8))
-        elif PRI == 2:
-            prefetch_l2_last(ptr + line.to(tl.int64) * 128)
         else:
-            prefetch_l2(ptr + line.to(tl.int64) * 128)
+            prefetch_l2(ptr + line.to(tl.int64) * 128, PRI == 2)
 
 
 @triton.jit

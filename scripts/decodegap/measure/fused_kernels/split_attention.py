@@ -248,9 +248,9 @@ def attention(q, k_cache, v_cache, position, out, *, plan: AttentionPlan, scratc
     not the attention's output unless both ran). out int32 (heads * head_dim / 2 of them): fp8_pairs'
     f16 halves of the output / 16, two columns a word (the lever o_pairs). l2_ahead: up to three
     contiguous tensors (the o projection's weight, the first rows of gate_up's gate and up halves)
-    whose bytes the split programs prefetch into L2 before their wait, with `l2_priority`
-    ("evict_last" or "evict_normal"), where pdl is on (the lever l2_ahead): at the programs' `l2_at`,
-    "start" (before their wait) or "end" (after their partials are stored)."""
+    whose bytes the split programs prefetch into L2, each a share, with `l2_priority` ("evict_last" or
+    "evict_normal"), where pdl is on (the lever l2_ahead): at `l2_at`, "start" (before their wait) or
+    "end" (after their partials are stored)."""
     where = "attention"
     if only not in (None, "split", "combine"):
         raise ValueError(f"{where}: only={only!r}: 'split', 'combine' or None (both)")
