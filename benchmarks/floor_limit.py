@@ -613,7 +613,19 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 if fk.pdl_available(device) is None:
                     for pdl, name in ((1, "pdl"), (2, "pdl_ahead")):
                         twin_pdl[name] = device_ms(capture(lambda pdl=pdl: twin(pdl), device), n_dev, device)
-                del seq
+                chains = {}  # each role's launches alone, back to back, as the step's per-role split times its GEMVs
+                for role in fk.ROLES:
+                    bufs = [buf for r, buf in seq if r == role]
+
+                    def chain(pdl=0, bufs=bufs, role=role):
+                        for buf in bufs:
+                            read_launch(buf, sink, best[role]["shape"], pdl=pdl)
+
+                    chains[role] = {"ms": device_ms(capture(chain, device), n_dev, device), "launches": len(bufs)}
+                    if twin_pdl:
+                        for pdl, name in ((1, "pdl_ms"), (2, "pdl_ahead_ms")):
+                            chains[role][name] = device_ms(capture(lambda pdl=pdl, chain=chain: chain(pdl), device), n_dev, device)
+                del seq, bufs
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 whole = torch.ones(total // 4, dtype=torch.int32, device=device)
@@ -621,7 +633,8 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 del whole
                 row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin_ms,
                        "twin_TBps": total / twin_ms / 1e9, **{f"twin_{k}_ms": v for k, v in twin_pdl.items()}, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
-                       "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()}}
+                       "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()},
+                       "role_chains": chains}
                 step = step_of(run, key, fmt)  # the step's own GEMVs of this format, measured in this run
                 if step:
                     row.update(read_only_bound(row, step))
@@ -844,7 +857,22 @@ def read_only_bound(row, step) -> dict:
             "gemv_over_twin": step["gemv_ms"] / twin_ms, "target_TBps": target, "target_step_ms": target_step_ms,
             "twin_alone_over_target": twin_ms / target_step_ms, "step_attention_ms": step["attention_ms"],
             "step_rest_ms": step["rest_ms"], "bound_ms": bound_ms, "bound_TBps": streamed / bound_ms / 1e9,
-            "step_TBps": step["TBps"]}
+            "step_TBps": step["TBps"], **roles_over_read(row, step)}
+
+
+def roles_over_read(row, step) -> dict:
+    """Each role's GEMV launches in the step (alone, back to back) against the read-only launches of the
+    same bytes in the same number and order, launched the fastest way: the time over the read, and what
+    it costs a step. Empty where either side lacks the split (a run saved before it, a packed path)."""
+    if "gemv_role_ms" not in step or "role_chains" not in row:
+        return {}
+    out = {}
+    for role, gemv_ms in step["gemv_role_ms"].items():
+        chain = row["role_chains"].get(role)
+        if chain:
+            read_ms = min(chain[k] for k in ("ms", "pdl_ms", "pdl_ahead_ms") if k in chain)
+            out[role] = {"gemv_ms": gemv_ms, "read_ms": read_ms, "x_read": gemv_ms / read_ms, "excess_ms": gemv_ms - read_ms}
+    return {"roles_over_read": out}
 
 
 def ceiling_line(row) -> str:
@@ -861,6 +889,9 @@ def ceiling_line(row) -> str:
                 f"read-only launches alone {row['twin_alone_over_target']:.2f}x that; with the step's attention and rest "
                 f"({row['step_attention_ms']:.3f} + {row['step_rest_ms']:.3f} ms) a step of read-only launches takes "
                 f"{row['bound_ms']:.3f} ms, {row['bound_TBps']:.2f} TB/s")
+    if row.get("roles_over_read"):
+        txt += " | each role's GEMVs over its read-only launches: " + "; ".join(
+            f"{r} {v['x_read']:.2f}x ({1e3 * v['excess_ms']:+.0f} us a step)" for r, v in row["roles_over_read"].items())
     return txt
 
 
@@ -974,16 +1005,34 @@ def time_step(run, net, ctx: int, device, copy_Bps: float, n_dev: int, n_host: i
            "launch_calls": {k: kinds.count(k) for k in set(kinds)}, "step": net.describe()}
     if decompose:
         position.fill_(ctx)
-        for kind in ("gemv", "attention"):
-            calls = [c for k, c in net.launches(token, position) if k == kind]
 
-            def only(calls=calls):
+        def only(calls):
+            def launch():
                 for c in calls:
                     c()
+            return launch
 
-            row[f"{kind}_ms"] = device_ms(capture(only, device), n_dev, device)
+        for kind in ("gemv", "attention"):
+            calls = [c for k, c in net.launches(token, position) if k == kind]
+            row[f"{kind}_ms"] = device_ms(capture(only(calls), device), n_dev, device)
         row["rest_ms"] = dev_ms - row["gemv_ms"] - row["attention_ms"]
+        gemvs = [c for k, c in net.launches(token, position) if k == "gemv"]
+        roles = step_gemv_roles(net, len(gemvs))
+        if roles:  # each role's launches alone, back to back as the ceiling's role chains: which role holds the excess
+            row["gemv_role_ms"] = {role: device_ms(capture(only([c for c, r in zip(gemvs, roles) if r == role]), device), n_dev, device)
+                                   for role in dict.fromkeys(roles)}
     return row
+
+
+def step_gemv_roles(net, n_gemvs: int) -> list | None:
+    """The role of each of a step's GEMV launches in the step's order (a layer's qkv, o, gate_up and down,
+    then lm_head), or None for a step whose GEMVs are not those launches (a packed path's own GEMV)."""
+    from decodegap.measure import fused_kernels as fk
+
+    layer_roles = [r for r in fk.ROLES if r != "lm_head"]
+    if not net.kernel_format or n_gemvs != len(net.layers) * len(layer_roles) + 1:
+        return None
+    return layer_roles * len(net.layers) + ["lm_head"]
 
 
 def step_line(row) -> str:
@@ -1304,6 +1353,7 @@ def summary(run) -> None:
         print(f"\n{'model':16s} {'format':6s} {'GB':>7s} {'launches':>8s} {'read ms':>8s} {'TB/s':>6s} {'PDL ms':>7s} {'one ms':>8s} {'TB/s':>6s} "
               f"{'GEMV ms':>8s} {'x read':>7s} {'target ms':>9s} {'bound ms':>8s} {'TB/s':>6s} {'target':>6s} {'step':>6s}")
         steps_by = {(s["model"], FORMAT_OF.get(s["quant"])): s for s in reversed(steps) if "gemv_ms" in s}
+        ceil_rows = []
         for c in ceil:
             if (c["model"], c["format"]) in steps_by:  # computed here, so a file saved before the bound (or a target) changed shows it
                 c = {**c, **read_only_bound(c, steps_by[(c["model"], c["format"])])}
@@ -1314,6 +1364,15 @@ def summary(run) -> None:
             print(f"{c['model']:16s} {c['format']:6s} {c['bytes'] / 1e9:7.3f} {c['launches']:>8d} {c['twin_ms']:8.3f} {c['twin_TBps']:6.2f} "
                   + (f"{pdl:7.3f} " if pdl else f"{'--':>7s} ") +
                   f"{c['one_launch_ms']:8.3f} {c['one_launch_TBps']:6.2f} {gm}")
+            ceil_rows.append(c)
+        by_role = [c for c in ceil_rows if c.get("roles_over_read")]
+        if by_role:
+            print(f"\n{'model':16s} {'format':6s} {'role':8s} {'GEMV ms':>8s} {'read ms':>8s} {'x read':>7s} {'excess ms':>9s}"
+                  "  (a role's launches of a step alone; read: the same bytes read only, the fastest way launched)")
+            for c in by_role:
+                for role, v in c["roles_over_read"].items():
+                    print(f"{c['model']:16s} {c['format']:6s} {role:8s} {v['gemv_ms']:8.3f} {v['read_ms']:8.3f} {v['x_read']:7.2f} "
+                          f"{v['excess_ms']:9.3f}")
     pers = [p for p in r.get("persistent", []) if "launches" in p or "barrier" in p]
     if pers:
         names = [n for n in PERSISTENT_VARIANTS if any(n in p for p in pers)]

@@ -46,6 +46,12 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert reads["dense"]["bytes"] >= ceiling["dense"]["bytes"] and reads["dense"]["matrices"] == ceiling["dense"]["launches"]
     (chain,) = [p for p in got["persistent"] if p.get("chain") == "gemv"]
     assert {"launches", "barrier", "barrier_ahead"} <= set(chain) and chain["errors"] and max(chain["errors"].values()) < 1e-4
+    # each role's GEMVs of a step alone beside the same role's read-only launches (a packed path's own GEMV has no roles)
+    assert all(set(steps[q]["gemv_role_ms"]) == {"qkv", "o", "gate_up", "down", "lm_head"} for q in ("bf16", "fp8", "int4-triton"))
+    assert "gemv_role_ms" not in steps["int4-tinygemm"]
+    assert all({r: v["launches"] for r, v in c["role_chains"].items()} == {"qkv": 2, "o": 2, "gate_up": 2, "down": 2, "lm_head": 1}
+               for c in ceiling.values())
+    assert set(ceiling["dense"]["roles_over_read"]) == {"qkv", "o", "gate_up", "down", "lm_head"}
     dense, step = ceiling["dense"], steps["bf16"]  # the bound: the read-only launches plus the step's own attention and rest
     assert dense["bound_ms"] == pytest.approx(dense["twin_ms"] + step["attention_ms"] + step["rest_ms"])
     stages = [g for g in got["stages"] if "us" in g]  # each role at Triton's default depth and each tried one, same result
@@ -114,6 +120,26 @@ def test_the_summary_of_a_saved_run_prints_the_bound_without_a_gpu(tmp_path, cap
     with pytest.raises(SystemExit):
         m.main(["--parts", "steps"])  # measuring needs --out
     assert "--out is required" in capsys.readouterr().err
+
+
+def test_each_roles_gemvs_are_held_against_the_fastest_read_only_launches_of_that_role(tmp_path, capsys):
+    """Where the step's GEMVs lose time to a read: each role's launches alone against the read-only launches
+    of the same bytes, launched the fastest way (under PDL where that is faster), or the excess is overstated."""
+    m = _benchmark()
+    path, step, ceiling = _saved_run(tmp_path)
+    step = {**step, "gemv_role_ms": {"qkv": 0.210, "o": 0.170, "gate_up": 1.100, "down": 0.560, "lm_head": 0.046}}
+    chains = {"qkv": {"ms": 0.200, "pdl_ms": 0.190, "pdl_ahead_ms": 0.195, "launches": 28}, "o": {"ms": 0.150, "launches": 28},
+              "gate_up": {"ms": 1.000, "pdl_ms": 1.010, "launches": 28}, "down": {"ms": 0.500, "launches": 28}}
+    got = m.read_only_bound({**ceiling, "role_chains": chains}, step)["roles_over_read"]
+    assert set(got) == {"qkv", "o", "gate_up", "down"}  # lm_head has no read-only chain here: no ratio invented for it
+    assert got["qkv"]["read_ms"] == 0.190 and got["qkv"]["x_read"] == pytest.approx(0.210 / 0.190)
+    assert got["gate_up"]["excess_ms"] == pytest.approx(0.100) and got["o"]["x_read"] == pytest.approx(0.170 / 0.150)
+    assert "roles_over_read" not in m.read_only_bound(ceiling, step)  # a ceiling saved before the split: no per-role row
+    path.write_text(json.dumps({"skipped": [], "errors": [], "steps": [step], "ceiling": [{**ceiling, "role_chains": chains}]}))
+    assert m.main(["--summary", str(path)]) == 0
+    rows = {ln.split()[2]: ln.split()[3:] for ln in capsys.readouterr().out.splitlines() if ln.startswith("qwen2.5-7b       fp8    ")
+            and len(ln.split()) == 7}
+    assert rows["gate_up"] == ["1.100", "1.000", "1.10", "0.100"] and rows["qkv"][:3] == ["0.210", "0.190", "1.11"]
 
 
 @pytest.mark.parametrize("n_words", [1, 4095, 4096 * 4 + 7, 50_000])
