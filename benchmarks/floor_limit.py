@@ -1159,16 +1159,27 @@ def lever_variants(table, device) -> dict:
 
 def chosen_levers(names, device) -> dict | None:
     """The levers part's variants named on the command line, with the table first (None: all); an
-    unknown name is an error that lists the known ones."""
+    unknown name is an error that lists the known ones. A name that is a JSON object is a change of its
+    own (launch.resolve's dict form, checked by it: '{"down": {"rows": 4, "block_k": 256, "warps": 4}}'
+    runs the bf16 down GEMV at that shape on every card width), for shapes the list does not name."""
     if not names:
         return None
     from decodegap.measure import fused_kernels as fk
 
     known = lever_variants(fk.resolve(None, device), device)
-    unknown = [n for n in names if n not in known]
+    given = {}
+    for name in names:
+        if name.lstrip().startswith("{"):
+            try:
+                given[name] = json.loads(name)
+                fk.resolve(given[name], device)
+            except (ValueError, TypeError) as exc:  # json's errors are ValueErrors
+                raise SystemExit(f"floor_limit: lever {name!r} is no launch-shapes change: {exc}") from None
+    unknown = [n for n in names if n not in known and n not in given]
     if unknown:
-        raise SystemExit(f"floor_limit: unknown lever(s) {', '.join(map(repr, unknown))}; levers here: {', '.join(map(repr, known))}")
-    return {"table": {}, **{n: known[n] for n in names}}
+        raise SystemExit(f"floor_limit: unknown lever(s) {', '.join(map(repr, unknown))}; levers here: {', '.join(map(repr, known))}"
+                         " (or a change as a JSON object)")
+    return {"table": {}, **{n: given.get(n, known.get(n)) for n in names}}
 
 
 def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, variants=None):
@@ -1449,7 +1460,7 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--lever-models", nargs="+", default=None, help="cards the levers run on (default: the first of --models)")
     ap.add_argument("--levers", nargs="+", default=None,
-                    help="the levers part's variants to run beside the table (names as it prints them, e.g. 'norm sum'; default: all)")
+                    help="the levers part's variants to run beside the table (names as it prints them, e.g. 'norm sum', or a launch-shapes change as a JSON object; default: all)")
     ap.add_argument("--tune-budget-s", type=float, default=90, help="tune_launch_shapes' budget (each candidate compiles: 1-2 s)")
     ap.add_argument("--tune-norm", choices=("program", "sum", "apart"), default=None,
                     help="the norm lever to tune every format under (default: the GPU's table entry's, per format)")

@@ -175,3 +175,26 @@ def test_the_layout_parts_plain_gemv_computes_w_x_in_either_layout():
     assert fl.layout_block_k(18944) == fl.layout_block_k(3584) == 512 and fl.layout_block_k(384) == 128
     with pytest.raises(ValueError, match="not whole tiles of 4 x 128"):
         fl.tile_weight(torch.randn(6, 128), 4, 128)
+
+
+def test_a_lever_given_as_json_runs_that_change_and_a_bad_one_is_refused_by_name():
+    """Shapes the lever list does not name (a role's shape tried in the whole step) are given as a
+    launch-shapes change; one that launch.resolve refuses must stop the run before any GPU time is spent."""
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+
+    m, cpu = _benchmark(), torch.device("cpu")
+    shape = {"rows": 4, "block_k": 256, "warps": 4, "x_tile": False}
+    name = json.dumps({"down": shape})
+    got = m.chosen_levers(["norm sum", name], cpu)
+    assert list(got) == ["table", "norm sum", name] and got[name] == {"down": shape} and got["norm sum"] == {"norm": "sum"}
+    resolved = fk.resolve(got[name], cpu)
+    for hidden in (None, 4096):  # the change is what runs on every card width, not only where the table has no width's own
+        assert resolved.gemv_for("dense", "down", hidden).as_dict()["block_k"] == 256
+    with pytest.raises(SystemExit, match="downn"):
+        m.chosen_levers(['{"gemv": {"dense": {"downn": {"rows": 4, "block_k": 256, "warps": 4}}}}'], cpu)
+    with pytest.raises(SystemExit, match="no launch-shapes change"):
+        m.chosen_levers(['{"down": '], cpu)
+    with pytest.raises(SystemExit, match="unknown lever"):
+        m.chosen_levers(["norm summ"], cpu)
