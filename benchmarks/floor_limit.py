@@ -17,15 +17,16 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              streams (the weights it reads as stored, scales included, without the input embedding
              table, plus the KV cache up to the position) and TB/s against the same-process copy
              bandwidth; then the step taken apart by capturing its GEMV launches alone and its
-             attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest);
-             and a check of one step's logits against the same step in plain PyTorch ops
+             attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest),
+             and each role's GEMV launches alone (gemv_role_ms); and a check of one step's logits against the same step in plain PyTorch ops
   ceiling    what one launch per matrix can stream at all: the step's weight reads (each layer's qkv,
              o, gate_up and down in the format, then the output projection) done by a kernel that only
              reads (a streaming sum, no arithmetic worth the name), each launch the bytes the step's
              GEMV of that role reads, the best of a few launch shapes per role, as one CUDA graph of
              distinct buffers (no L2 reuse), launched plainly and, on Hopper, under PDL as the step's
              kernels are (waiting at the start; and with the first block loaded before that wait);
-             beside it one launch reading all of those bytes. Set against the step's own GEMV time
+             beside it one launch reading all of those bytes, and each role's reads alone in the same
+             number and order (role_chains: each role's GEMVs over its read, roles_over_read). Set against the step's own GEMV time
              (steps) and the issue's bandwidth targets, the fastest says whether a step built of one
              launch per matrix could reach them, whatever its GEMVs did
   persistent what one persistent launch streams against one launch a matrix (benchmarks/persistent_chain.py):
@@ -44,7 +45,9 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              steps of the weight, or of K and V, into L2 before PDL's wait; the attention's masked blocks, in-split combine and the default table's shape; the norm's
              statistic summed by the GEMV before, or x normalised by a launch of its own; the GEMVs'
              inputs that the step writes stored as float32, x_fp32, or for int4 as f16 pairs, x_pairs;
-             each GEMV loop loading its next step's weights ahead in some roles, load_ahead)
+             each GEMV loop loading its next step's weights ahead in some roles, load_ahead; the
+             attention prefetching o's weight into L2, l2_ahead); --levers also takes a change of
+             its own as a JSON object (a role's shapes tried in the whole step)
   gemv       each card's GEMV roles in each format, launched as the step launches them (the table's
              norm, x_fp32 and x_pairs), timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
