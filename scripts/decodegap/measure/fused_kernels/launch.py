@@ -69,7 +69,10 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        which the attention's split programs prefetch the o projection's weight into L2
                        before their wait, each its share (absent: off). Attention waits on latencies
                        (a query, the splits' combine) while the memory idles; the prefetch streams
-                       the weight the kernel after it reads in that time, and o reads it from L2
+                       the weight the kernel after it reads in that time, and o reads it from L2.
+                       Off on the H200: every variant ran the steps at 0.92-1.008x the table's speed
+                       (floor_limit.py --parts levers, 2026-12-05, code 47fb8b7, GPU-6f60ca8e;
+                       results/benchmarks/floor_limit_l2_ahead_h200.txt)
   l2_ahead_mib         per weight format, with l2_ahead on: MiB of gate_up's weight the attention prefetches
                        after o's, its first rows (half of them gate rows, half up rows: its first
                        programs' rows), so the MLP's first programs read from L2 too (0 where absent)
