@@ -18,7 +18,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              table, plus the KV cache up to the position) and TB/s against the same-process copy
              bandwidth; then the step taken apart by capturing its GEMV launches alone and its
              attention launches alone (rest = step - GEMVs - attention: launches, gaps, the rest),
-             and each role's GEMV launches alone (gemv_role_ms); and a check of one step's logits against the same step in plain PyTorch ops
+             and each role's GEMV launches alone (gemv_role_ms); and a check of one step's logits
+             against the same step in plain PyTorch ops
   ceiling    what one launch per matrix can stream at all: the step's weight reads (each layer's qkv,
              o, gate_up and down in the format, then the output projection) done by a kernel that only
              reads (a streaming sum, no arithmetic worth the name), each launch the bytes the step's
@@ -26,9 +27,9 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              distinct buffers (no L2 reuse), launched plainly and, on Hopper, under PDL as the step's
              kernels are (waiting at the start; and with the first block loaded before that wait);
              beside it one launch reading all of those bytes, and each role's reads alone in the same
-             number and order (role_chains: each role's GEMVs over its read, roles_over_read). Set against the step's own GEMV time
-             (steps) and the issue's bandwidth targets, the fastest says whether a step built of one
-             launch per matrix could reach them, whatever its GEMVs did
+             number and order (role_chains: each role's GEMVs over its read, roles_over_read). Set
+             against the step's own GEMV time (steps) and the issue's bandwidth targets, the fastest
+             says whether a step built of one launch per matrix could reach them, whatever its GEMVs did
   persistent what one persistent launch streams against one launch a matrix (benchmarks/persistent_chain.py):
              the step's weight bytes in each format (as ceiling counts them, back to back in one
              buffer) read one launch a matrix, by SMs x k resident programs with a grid barrier after
@@ -606,36 +607,35 @@ def run_ceiling(run, cards, models, quants, device, dtype, copy_Bps):
                 seq = [(role, torch.ones(words[role], dtype=torch.int32, device=device)) for _ in range(layers) for role in roles]
                 seq.append(("lm_head", torch.ones(words["lm_head"], dtype=torch.int32, device=device)))
 
-                def twin(pdl=0):
-                    for role, buf in seq:
-                        read_launch(buf, sink, best[role]["shape"], pdl=pdl)
-
-                total = sum(4 * b.numel() for _, b in seq)
-                twin_ms = device_ms(capture(twin, device), n_dev, device)
-                twin_pdl = {}  # the same launches under PDL, as the step launches its kernels (where the GPU has it)
-                if fk.pdl_available(device) is None:
-                    for pdl, name in ((1, "pdl"), (2, "pdl_ahead")):
-                        twin_pdl[name] = device_ms(capture(lambda pdl=pdl: twin(pdl), device), n_dev, device)
-                chains = {}  # each role's launches alone, back to back, as the step's per-role split times its GEMVs
-                for role in fk.ROLES:
-                    bufs = [buf for r, buf in seq if r == role]
-
-                    def chain(pdl=0, bufs=bufs, role=role):
-                        for buf in bufs:
+                def timed(launches) -> dict:
+                    """`launches` ((role, buffer) in order) as one graph: ms plainly, and under PDL as the
+                    step launches its kernels (pdl_ms; pdl_ahead_ms: the first block loaded before the
+                    wait) where the GPU has it."""
+                    def reads(pdl=0):
+                        for role, buf in launches:
                             read_launch(buf, sink, best[role]["shape"], pdl=pdl)
 
-                    chains[role] = {"ms": device_ms(capture(chain, device), n_dev, device), "launches": len(bufs)}
-                    if twin_pdl:
+                    out = {"ms": device_ms(capture(reads, device), n_dev, device)}
+                    if fk.pdl_available(device) is None:
                         for pdl, name in ((1, "pdl_ms"), (2, "pdl_ahead_ms")):
-                            chains[role][name] = device_ms(capture(lambda pdl=pdl, chain=chain: chain(pdl), device), n_dev, device)
-                del seq, bufs
+                            out[name] = device_ms(capture(lambda pdl=pdl: reads(pdl), device), n_dev, device)
+                    return out
+
+                total = sum(4 * b.numel() for _, b in seq)
+                twin = timed(seq)
+                # each role's launches alone, back to back, as the step's per-role split times its GEMVs
+                chains = {}
+                for role in fk.ROLES:
+                    alone = [(r, b) for r, b in seq if r == role]
+                    chains[role] = {**timed(alone), "launches": len(alone)}
+                del seq, alone  # the buffers: the one-launch read below needs their memory
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 whole = torch.ones(total // 4, dtype=torch.int32, device=device)
                 one_ms = min(device_ms(capture(lambda s=s: read_launch(whole, sink, s), device), n_dev, device) for s in read_shapes(device))
                 del whole
-                row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin_ms,
-                       "twin_TBps": total / twin_ms / 1e9, **{f"twin_{k}_ms": v for k, v in twin_pdl.items()}, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
+                row = {"model": key, "format": fmt, "bytes": total, "launches": layers * len(roles) + 1, "twin_ms": twin["ms"],
+                       "twin_TBps": total / twin["ms"] / 1e9, **{f"twin_{k}": v for k, v in twin.items() if k != "ms"}, "one_launch_ms": one_ms, "one_launch_TBps": total / one_ms / 1e9,
                        "copy_TBps": copy_Bps / 1e12, "roles": {r: {**v, "shape": list(v["shape"])} for r, v in best.items()},
                        "role_chains": chains}
                 step = step_of(run, key, fmt)  # the step's own GEMVs of this format, measured in this run
