@@ -374,9 +374,9 @@ def test_a_card_width_gets_its_own_gemv_shapes_and_what_is_given_wins():
     for spec in ({"gate_up": given.as_dict()}, {"gemv": {"dense": {"gate_up": given.as_dict()}}}):
         got = fk.resolve(spec, "cpu", "h200")
         assert got.gemv_for("dense", "gate_up", 4096) == given == got.gemv_for("dense", "gate_up", 3584)
-        assert got.gemv_for("dense", "o", 4096) == fk.GemvConfig(1, 1024, 4)  # the roles not given keep the width's
+        assert got.gemv_for("dense", "o", 4096) == fk.GemvConfig(4, 1024, 4)  # the roles not given keep the width's
     wide = fk.resolve({"gemv_by_hidden": {"384": {"dense": {"o": given.as_dict()}}}}, "cpu", "h200")
-    assert wide.gemv_for("dense", "o", 384) == given and wide.gemv_for("dense", "o", 4096) == fk.GemvConfig(1, 1024, 4)
+    assert wide.gemv_for("dense", "o", 384) == given and wide.gemv_for("dense", "o", 4096) == fk.GemvConfig(4, 1024, 4)
     assert wide.gemv_for("fp8", "qkv", 384) == wide.gemv["fp8"]["qkv"]  # no fp8 shapes of its own: the GPU's fp8 ones
     assert fk.resolve(wide.as_dict(), "cpu", "h200") == wide  # the JSON form (string widths) reads back
     assert "gemv_by_hidden" not in fk.LAUNCH_SHAPES["cpu"].as_dict()  # absent when empty: older records read the same

@@ -417,7 +417,15 @@ _H200_DENSE = {"qkv": (4, 512, 4, True), "o": (2, 512, 4, True), "gate_up": (2, 
 # floor_limit_tune_bf16_apart_llama_h200.txt): its step ran 4.415 against 4.417 ms (1.001x), so the
 # 4096-wide cards lose nothing by the norm apart with these shapes (with the shapes before it they ran
 # 0.959-0.982x). Mistral-7B-v0.3 takes them by its width, not measured with them.
-_H200_DENSE_4096 = {"qkv": (4, 512, 4, True), "o": (1, 1024, 4), "gate_up": (1, 1024, 4), "down": (1, 1024, 4, True),
+# o and down (the two roles that add the residual, 1.25-1.52x their read-only time: floor_limit_roles_h200.txt)
+# were then tried in the whole step as levers (floor_limit.py --parts levers, bf16, ctx 2048 and 16384).
+# down 2 rows, block_k 512, x as a tile, with o 4 rows, block_k 1024, ran the 4096-wide cards' steps
+# 1.020-1.033x the shapes above on two machines, twice each: code 86a66b6, GPU-91cfa4ff,
+# floor_limit_o_down_confirm{,_again}_h200.txt (1.020-1.030x); code 4613448, GPU-25bde832,
+# floor_limit_o_down_machine2{,_again}_h200.txt (1.023-1.033x; Llama-3.1-8B at ctx 2048 4.193 -> 4.085 ms).
+# down with 4 rows and 8 warps ran 0.2-0.3 % faster still on the second machine but was measured with
+# o on that one only. Qwen-2.5-7B's width keeps its shapes: none of 20 beat them (floor_limit_o_down_shapes_h200.txt).
+_H200_DENSE_4096 = {"qkv": (4, 512, 4, True), "o": (4, 1024, 4), "gate_up": (1, 1024, 4), "down": (2, 512, 4, True),
                     "lm_head": (1, 1024, 4)}
 # fp8 and int4 with x normalised apart (the norm lever below), tuned on Qwen-2.5-7B and Llama-3.1-8B
 # (floor_limit.py --parts tune, 2026-12-02, code 12acda8, GPU-0e26c2db; results/benchmarks/
