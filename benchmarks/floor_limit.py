@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--smoke]
+        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune refine] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--refine-budget-s 120] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -77,6 +77,11 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              JSON (the form FusedModel(gemv_configs=...) takes) and, if time is left, each card's step
              in each of --quant's kernel paths with it, and with its GEMV shapes alone, against the table
              (--no-tune-attention: the GEMVs alone are tuned; int4 under x_pairs also as f16 pairs)
+  refine     each card's GEMV shapes in each kernel format of --quant chosen in the whole step
+             (fused_kernels.tune_step: every candidate of a role timed as the captured step beside the
+             current choice, taken past --refine-min-gain twice; down and o first), within
+             --refine-budget-s a card and format; then the table's step and the refined one side by
+             side at every --ctx, and the change printed as a JSON lever for --levers on another machine
 
 A compact summary table ends the output; everything goes to DIR/floor_limit.json (and the tuned
 shapes to DIR/tuned_launch_shapes.json). Nothing is downloaded: cards build with random weights
@@ -100,7 +105,8 @@ from decodegap.core.config import load_gpu, load_models
 # the levers part's pdl_prefetch variants: (loop steps of W prefetched before PDL's wait, by how many programs a multiprocessor)
 PDL_PREFETCH = ((1, 2), (1, 8), (4, 2), (4, 8))
 L2_AHEAD_MIB = (0, 8, 16)  # MiB of gate_up's first rows the attention prefetches after o's weight (the lever l2_ahead_mib)
-PARTS = ("checks", "steps", "ceiling", "persistent", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune")  # the order they run in: what matters most first
+PARTS = ("checks", "steps", "ceiling", "persistent", "attention", "levers", "gemv", "stages", "layout", "prologue", "l2", "tune",
+         "refine")  # the order they run in: what matters most first
 STEP_SLOTS = 512  # cache positions past the context: warm-up, capture and every timed replay advance the position
 L2_FIT_BYTES = 40 * 2**20  # the l2 part's largest weight: well inside the H200's 60 MB L2 (with x, scales and outputs)
 # the lever load_ahead's variants, (read, roles): the roles whose loops ptxas keeps (does not unroll) on sm_90
@@ -1274,6 +1280,55 @@ def run_tune(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n
                variants=variants)
 
 
+def run_refine(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, budget_s, min_gain, smoke):
+    """Each card's GEMV shapes in each kernel format chosen in its whole step at the first context
+    (fused_kernels.tune_step.refine_in_step, within budget_s a card and format), then the table's step
+    and the refined one side by side at every context, and the change printed as a lever to confirm
+    on another machine."""
+    import torch
+
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused import FusedModel
+    from decodegap.measure.weights import get_weight_path
+
+    out = run.results.setdefault("refine", [])
+    kw = {}
+    if smoke:  # the interpreter: one candidate for one role, to run the mechanics
+        kw = {"candidates": {read: [fk.GemvConfig(64, 256, 4)] for read in ("dense", "fp8", "int4", "fp8_pairs", "int4_pairs")},
+              "roles": ("down",), "repeats": 1}
+        min_gain = -1.0  # any shape taken, so the change's path (the refined step, the lever) runs too
+    for key in models:
+        if not run.enough(f"refine {key}", 60):
+            continue
+        model = card_model(cards[key], device, dtype)
+        for quant in [q for q in quants if q in FORMAT_OF]:
+            budget = min(budget_s, run.left_s() - 20 - 5 * len(ctxs))
+            if budget < 10:
+                run.results["skipped"].append(f"refine {key} {quant}")
+                run.say(f"skipped (deadline): refine {key} {quant}")
+                continue
+            net = FusedModel(model, get_weight_path(quant), max(ctxs) + STEP_SLOTS, backend="triton")
+            spec, report = fk.refine_in_step(net, ctxs[0], budget_s=budget, min_gain=min_gain, n_replays=n_dev, log=run.say, **kw)
+            row = {"model": key, "quant": quant, "ctx": ctxs[0], **report, "steps": {}}
+            for ctx in ctxs:  # the table's step and the refined one, side by side
+                times = {}
+                for name, change in (("table", None), ("refined", spec)):
+                    net.set_launch_shapes(change)
+                    times[name] = time_step(run, net, ctx, device, copy_Bps, n_dev, n_host, decompose=False)
+                row["steps"][str(ctx)] = {"table_ms": times["table"]["device_ms"], "refined_ms": times["refined"]["device_ms"],
+                                          "x_table": times["table"]["device_ms"] / times["refined"]["device_ms"],
+                                          "refined_TBps": times["refined"]["TBps"],
+                                          "check_vs_plain_ops": times["refined"]["check_vs_plain_ops"]}
+                run.say(f"refine {key} {quant} ctx {ctx}: table {times['table']['device_ms']:.3f} ms, refined "
+                        f"{times['refined']['device_ms']:.3f} ms ({row['steps'][str(ctx)]['x_table']:.3f}x the table's)")
+            run.say(f"refine {key} {quant}: as a lever: " + (f"'{json.dumps(report['change'])}'" if report["change"] else "none (the table's shapes)"))
+            out.append(row)
+            del net
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        del model
+
+
 # ----------------------------------------------------------------------------- helpers and main
 
 
@@ -1440,6 +1495,13 @@ def summary(run) -> None:
         print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'lever':30s} {'dev ms':>8s} {'x table':>8s}")
         for lv in levers:
             print(f"{lv['model']:16s} {lv['quant']:12s} {lv['ctx']:>6d} {lv['lever']:30s} {lv['device_ms']:8.3f} {lv['x_table']:8.3f}")
+    refined = [f for f in r.get("refine", []) if f.get("steps")]
+    if refined:
+        print(f"\n{'model':16s} {'quant':12s} {'ctx':>6s} {'table ms':>9s} {'refined':>9s} {'x table':>8s}  change (shapes chosen in the step)")
+        for f in refined:
+            for ctx, v in f["steps"].items():
+                print(f"{f['model']:16s} {f['quant']:12s} {ctx:>6s} {v['table_ms']:9.3f} {v['refined_ms']:9.3f} {v['x_table']:8.3f}  "
+                      + (json.dumps(f["change"]) if f["change"] else "none"))
     if r.get("tuned_launch_shapes"):
         t = r["tuned_launch_shapes"]
         print("\ntuned launch shapes:", json.dumps({k: t[k] for k in ("gemv", "attention", "pdl") if k in t}))
@@ -1473,6 +1535,10 @@ def main(argv=None) -> int:
                     help="tune these formats with their GEMV inputs as f16 pairs (the lever x_pairs; default: the table's)")
     ap.add_argument("--no-tune-attention", dest="tune_attention", action="store_false",
                     help="tune the GEMVs alone (attention keeps the table's shape) and time the steps with the tuned GEMVs against the table")
+    ap.add_argument("--refine-budget-s", type=float, default=120,
+                    help="the refine part's budget a card and format (a candidate in the whole step: about 0.5 s on the H200)")
+    ap.add_argument("--refine-min-gain", type=float, default=0.005,
+                    help="the refine part takes a shape when the step runs at least 1 + this times as fast with it, twice")
     ap.add_argument("--gpu", default="h200", help="key of config/gpus.yaml: its datasheet bandwidth beside the copy bandwidth")
     ap.add_argument("--smoke", action="store_true", help="the CPU under Triton's interpreter, tiny cards, float32: a test of the script")
     a = ap.parse_args(argv)
@@ -1556,6 +1622,9 @@ def main(argv=None) -> int:
             elif name == "levers":
                 run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
                          chosen_levers(a.levers, device))
+            elif name == "refine":
+                run.part(name, run_refine, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
+                         a.refine_budget_s, a.refine_min_gain, a.smoke)
             else:
                 run.part(name, run_tune, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
                          a.tune_budget_s, a.smoke, a.tune_norm, a.tune_x_fp32, a.tune_attention, a.tune_x_pairs)

@@ -17,7 +17,7 @@ def _benchmark():
     return load_script("benchmarks/floor_limit.py")
 
 
-@pytest.mark.slow  # 80 s: every part of the benchmark on the CPU (CI runs it: pytest -m slow)
+@pytest.mark.slow  # 130 s: every part of the benchmark on the CPU (CI runs it: pytest -m slow)
 def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, capsys):
     rc = _benchmark().main(["--smoke", "--out", str(tmp_path), "--deadline-s", "900", "--tune-budget-s", "60"])
     out = capsys.readouterr().out
@@ -66,6 +66,17 @@ def test_the_floor_limit_benchmark_runs_every_part_in_its_smoke_mode(tmp_path, c
     assert all(set(g["us"]) == {"program", "sum", "none", "read-only"} and max(g["check"].values()) < 1e-4 for g in prologue)
     l2 = {(g["format"], g["role"]): g for g in got["l2"]}  # the tiny card's weights all fit: every role, both ways, checked
     assert len(l2) == 5 + 4 + 4 and all(g["l2_us"] > 0 and g["hbm_us"] > 0 and g["check"] < 1e-4 for g in l2.values())
+    # refine: each kernel format's shapes chosen in the whole step (smoke: one candidate for down, always taken),
+    # the refined step checked against plain ops beside the table's, and the change a lever that resolves to it
+    from decodegap.measure import fused_kernels as fk
+
+    refined = {f["quant"]: f for f in got["refine"]}
+    assert set(refined) == {"bf16", "fp8", "int4-triton"}, got["refine"]
+    for f in refined.values():
+        assert f["chosen"]["down"]["rows"] == 64 and f["steps"]["40"]["check_vs_plain_ops"] < 1e-4 and f["steps"]["40"]["x_table"] > 0
+        (read,) = f["change"]["gemv_by_hidden"]["256"]
+        assert fk.resolve(f["change"], "cpu").gemv_for(read, "down", 256).rows == 64
+    assert "as a lever: '{" in out
     tuned = json.loads((tmp_path / "tuned_launch_shapes.json").read_text())
     assert tuned == got["tuned_launch_shapes"] and {"gemv", "attention"} <= set(tuned)
     assert "== summary" in out and "tuned launch shapes:" in out

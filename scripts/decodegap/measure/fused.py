@@ -187,6 +187,7 @@ class FusedModel:
         read = {role: "dense" if role == "lm_head" else f"{fmt}_pairs" if self.shapes.reads_pairs(fmt, role, hidden) else fmt
                 for role in fk.ROLES}
         self.gemv = {role: self.shapes.gemv_for(read[role], role, hidden) for role in fk.ROLES}
+        self.gemv_read = read  # each role's read (its table key): what a tuner in the step changes
         self.heads = fk.HeadLayout(self.n_heads, self.n_kv, self.head_dim)
         self.attention_plan = fk.AttentionPlan.for_cache(self.max_cache_len, self.n_kv, self.shapes.attention,
                                                          fk.sm_count_of(self.device))

@@ -15,7 +15,10 @@ H200, `benchmarks/step_model.py`). The kernels fold the small ops into the weigh
   launch     launch shapes keyed by GPU type (LAUNCH_SHAPES), the levers, and `resolve`, which
              turns what a fused model is given into LaunchShapes
   ops        the packed paths' linear layer as one PyTorch op (fp8, int4-triton)
-  tune       tune_launch_shapes: the fastest shapes on the GPU at hand; the benches benchmarks use
+  tune       tune_launch_shapes: the fastest shapes on the GPU at hand, each role timed alone; the
+             benches benchmarks use
+  tune_step  refine_in_step: each role's shape chosen in the whole captured step (a role's fastest
+             alone is not its fastest there)
   common     the legend of the kernels' compile-time names, the wrappers' tensor checks, helpers
   ahead      every kernel compiled for a GPU without one (sm_90): registers, spills, SASS instructions a weight
 
@@ -33,3 +36,4 @@ from decodegap.measure.fused_kernels.launch import (  # noqa: F401
     FORMATS, GEMV_CONFIGS, L2_AHEAD_AT, LAUNCH_SHAPES, NORMS, ROLES, AttentionConfig, GemvConfig, LaunchShapes, gpu_key_of, launch_shapes_for,
     resolve, sm_count_of)
 from decodegap.measure.fused_kernels.tune import tune_launch_shapes  # noqa: F401
+from decodegap.measure.fused_kernels.tune_step import refine_in_step  # noqa: F401

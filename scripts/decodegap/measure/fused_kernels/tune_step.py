@@ -1,0 +1,153 @@
+"""Choosing GEMV launch shapes in the whole step, one role at a time.
+
+Why not tune.py's way alone: timed alone, a role's fastest shape is not its fastest in the step. On the
+H200 the tuner's per-role choice ran the bf16 steps at 0.940x (Qwen-2.5-7B) and 0.978x (Llama-3.1-8B)
+the table's speed (results/benchmarks/floor_limit_tune_again_h200.txt), while o and down shapes tried
+as whole steps ran the 4096-wide cards 1.020-1.033x faster on two machines (floor_limit_o_down_*). In
+the step a kernel overlaps the one before it (PDL), finds L2 as that one left it and shares the
+machine with its tail, so each candidate here is timed as the whole captured step.
+
+`refine_in_step(net, ctx)` walks the roles (down and o first: in bf16 they hold most of the GEMVs'
+excess over a read, floor_limit_roles_h200.txt). For each role it times every candidate shape of the
+role's read beside the current choice, alternating the two so drift cancels, keeps the fastest when
+it beats the current by `min_gain`, and keeps it only if a second, fresh comparison agrees. It returns
+a launch-shapes change (launch.resolve's form, keyed by the card's width) and the trials.
+
+On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+
+import torch
+
+from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes
+
+ROLE_ORDER = ("down", "o", "qkv", "gate_up", "lm_head")  # the roles with the most excess over a read first
+
+
+def step_timer(net, ctx: int, n_replays: int = 100):
+    """A function giving the step's milliseconds with the net's current launch shapes: the step at
+    position ctx (logits, then the argmax into the next token, as a session's step) captured as one
+    CUDA graph and replayed `n_replays` times between CUDA events; on a CPU the eager step's host time."""
+    device = net.device
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    position = torch.full((1,), ctx, dtype=torch.long, device=device)
+
+    def step():
+        token.copy_(net.decode(token, position).argmax(-1))
+
+    def timed() -> float:
+        step()  # the kernels' JIT for these shapes, outside the timing
+        if device.type != "cuda":
+            t = time.perf_counter()
+            step()
+            return (time.perf_counter() - t) * 1e3
+        from decodegap.measure.modes import capture_graph
+
+        graph = capture_graph(step, 2)
+        graph.replay()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(n_replays):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        del graph
+        return a.elapsed_time(b) / n_replays
+
+    return timed
+
+
+def with_role(spec: dict, hidden: int, read: str, role: str, shape: GemvConfig) -> dict:
+    """`spec` (launch.resolve's dict form) with one role's shape set for this width and read."""
+    out = copy.deepcopy(spec)
+    out.setdefault("gemv_by_hidden", {}).setdefault(str(hidden), {}).setdefault(read, {})[role] = shape.as_dict()
+    return out
+
+
+def compare(net, time_ms, a: dict, b: dict, repeats: int) -> tuple[float, list, list]:
+    """a's step time over b's (> 1: b is faster), the medians of `repeats` alternating timings of each."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        for spec, out in ((a, ta), (b, tb)):
+            net.set_launch_shapes(spec)
+            out.append(time_ms())
+    return statistics.median(ta) / statistics.median(tb), ta, tb
+
+
+def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_ORDER, budget_s: float = 120.0,
+                   min_gain: float = 0.005, repeats: int = 3, n_replays: int = 100, time_ms=None, log=print) -> tuple[dict, dict]:
+    """Each role's GEMV shape chosen in the whole step of `net` (a FusedModel on the Triton backend) at
+    position ctx, starting from its current launch shapes. `candidates`: read -> shapes (GemvConfig or
+    tune.py's tuples; default tune.GEMV_CANDIDATES), tried for every role that reads that way. A shape is
+    taken when the step with it is at least 1 + min_gain times as fast as with the current one, twice:
+    the comparison that found it and a fresh one. `time_ms`: the step timer (default step_timer).
+
+    Returns (spec, report): spec, the launch-shapes change to give FusedModel or launch.resolve (the
+    starting shapes with the roles chosen here, keyed by the card's width); report, the trials
+    (role, read, shape, ratio to the current choice, taken or not), the roles skipped for the budget, the
+    seconds spent and the start's and the end's step, timed side by side."""
+    from decodegap.measure.fused_kernels.tune import GEMV_CANDIDATES
+
+    t0 = time.perf_counter()
+    start = net.shapes
+    base = start.as_dict() if isinstance(start, LaunchShapes) else copy.deepcopy(start)
+    hidden, reads = net.embed.shape[1], dict(net.gemv_read)
+    time_ms = time_ms or step_timer(net, ctx, n_replays)
+    spec, trials, skipped = base, [], []
+    for role in roles:
+        read = reads[role]
+        shapes = [c if isinstance(c, GemvConfig) else GemvConfig(*c) for c in (candidates or GEMV_CANDIDATES).get(read, [])]
+        current = _resolved(net, spec).gemv_for(read, role, hidden)
+        best, best_ratio = None, 0.0  # the fastest candidate, taken below only past the margin
+        for shape in shapes:
+            if shape == current:
+                continue
+            if time.perf_counter() - t0 > budget_s:
+                skipped.append(f"{role} {shape.as_dict()}")
+                continue
+            trial = with_role(spec, hidden, read, role, shape)
+            try:
+                ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
+            except Exception as exc:  # noqa: BLE001 - a shape the kernel or the GPU refuses is a result, not a stop
+                trials.append({"role": role, "read": read, "shape": shape.as_dict(), "error": str(exc).splitlines()[0][:200]})
+                log(f"refine {role} ({read}) {shape.as_dict()}: {str(exc).splitlines()[0][:120]}")
+                continue
+            trials.append({"role": role, "read": read, "shape": shape.as_dict(), "x_current": ratio})
+            log(f"refine {role} ({read}) {shape.as_dict()}: {ratio:.3f}x the current step")
+            if ratio > best_ratio:
+                best, best_ratio = shape, ratio
+        if best is not None and best_ratio >= 1 + min_gain:
+            trial = with_role(spec, hidden, read, role, best)
+            again, _, _ = compare(net, time_ms, spec, trial, repeats)
+            taken = again >= 1 + min_gain
+            trials.append({"role": role, "read": read, "shape": best.as_dict(), "x_current": again, "confirm": True, "taken": taken})
+            log(f"refine {role} ({read}): {best.as_dict()} {best_ratio:.3f}x, again {again:.3f}x: {'taken' if taken else 'kept the current'}")
+            if taken:
+                spec = trial
+    end_ratio, start_ms, end_ms = compare(net, time_ms, base, spec, repeats) if spec is not base else (1.0, [], [])
+    net.set_launch_shapes(spec)
+    first, last = _resolved(net, base), _resolved(net, spec)
+    chosen = {role: last.gemv_for(reads[role], role, hidden).as_dict() for role in roles}
+    # the roles that changed, as a launch-shapes change of their own: a lever (floor_limit.py --levers) to
+    # confirm the choice on another machine, or a line of a GPU type's table
+    change = {}
+    for role in roles:
+        if last.gemv_for(reads[role], role, hidden) != first.gemv_for(reads[role], role, hidden):
+            change.setdefault(str(hidden), {}).setdefault(reads[role], {})[role] = chosen[role]
+    report = {"hidden": hidden, "reads": reads, "chosen": chosen, "change": {"gemv_by_hidden": change} if change else {},
+              "trials": trials, "skipped": skipped,
+              "spent_s": time.perf_counter() - t0, "budget_s": budget_s, "min_gain": min_gain, "repeats": repeats,
+              "x_start": end_ratio, "start_ms": start_ms, "end_ms": end_ms}
+    log(f"refine: the chosen shapes ran the step {end_ratio:.3f}x the start's speed ({report['spent_s']:.0f} s)")
+    return spec, report
+
+
+def _resolved(net, spec: dict) -> LaunchShapes:
+    from decodegap.measure.fused_kernels.launch import resolve
+
+    return resolve(spec, net.device)

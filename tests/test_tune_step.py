@@ -1,0 +1,104 @@
+"""fused_kernels.tune_step: each role's GEMV shape chosen in the whole step. Its decisions are checked
+with a step timer that reads the shapes the model was given (a GPU's timings are not available here),
+and the real timer runs the kernels once under Triton's interpreter, the model still giving its logits."""
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("triton")
+
+from decodegap.measure import fused_kernels as fk  # noqa: E402
+from decodegap.core.config import load_models  # noqa: E402
+from decodegap.measure.cards import build_model  # noqa: E402
+from decodegap.measure.fused import FusedModel, logit_check  # noqa: E402
+from decodegap.measure.weights import get_weight_path  # noqa: E402
+
+_card = load_models()["tiny-llama"]
+WIDE = dataclasses.replace(_card, architecture={**_card.architecture, "hidden_size": 256, "intermediate_size": 256, "head_dim": 64})
+FAST_DOWN = fk.GemvConfig(2, 64, 4)  # 5 % off the step: taken
+TINY_O = fk.GemvConfig(8, 64, 4)  # 0.2 % off: under min_gain, not taken
+FLAKY_QKV = fk.GemvConfig(1, 64, 4)  # fast the first time it is timed, not the second: the confirmation refuses it
+
+
+def _net():
+    return FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton")
+
+
+def _timer(net):
+    seen = {"flaky": 0}
+
+    def ms():
+        t = 10.0
+        if net.gemv["down"] == FAST_DOWN:
+            t -= 0.5
+        if net.gemv["o"] == TINY_O:
+            t -= 0.02
+        if net.gemv["qkv"] == FLAKY_QKV:
+            seen["flaky"] += 1
+            t -= 1.0 if seen["flaky"] <= 1 else -0.1
+        return t
+    return ms
+
+
+def test_a_shape_is_taken_only_when_it_beats_the_current_by_the_margin_twice():
+    net = _net()
+    table = fk.resolve(None, "cpu")
+    cands = {"dense": [FAST_DOWN, TINY_O, FLAKY_QKV]}
+    spec, report = fk.refine_in_step(net, 20, candidates=cands, roles=("down", "o", "qkv"), repeats=1, time_ms=_timer(net), log=lambda m: None)
+    got = fk.resolve(spec, "cpu")
+    assert got.gemv_for("dense", "down", 256) == FAST_DOWN and net.gemv["down"] == FAST_DOWN  # the net is left at the choice
+    assert got.gemv_for("dense", "o", 256) == table.gemv_for("dense", "o", 256)  # 1.002x: under the 0.5 % margin
+    assert got.gemv_for("dense", "qkv", 256) == table.gemv_for("dense", "qkv", 256)  # the second comparison disagreed
+    (flaky,) = [t for t in report["trials"] if t.get("confirm") and t["role"] == "qkv"]
+    assert flaky["taken"] is False and flaky["x_current"] < 1
+    assert report["chosen"]["down"] == FAST_DOWN.as_dict() and report["x_start"] == pytest.approx(10.0 / 9.5)
+    # only this card's width changes: another width keeps the table's shape
+    assert got.gemv_for("dense", "down", 4096) == table.gemv_for("dense", "down", 4096)
+    fresh = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=spec)
+    assert fresh.describe()["gemv"]["down"] == FAST_DOWN.as_dict()
+
+
+def test_a_spent_budget_skips_the_rest_and_leaves_the_start_and_a_refused_shape_is_a_trial_not_a_stop():
+    net = _net()
+    spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, budget_s=0, time_ms=_timer(net), log=lambda m: None)
+    assert fk.resolve(spec, "cpu") == net.shapes and report["skipped"] and not report["trials"] and report["x_start"] == 1.0
+    net = _net()
+    bad = fk.GemvConfig(4, 48, 4)  # block_k not a power of two: the kernel refuses it when the step runs
+    with pytest.raises(Exception):
+        net.set_launch_shapes({"gemv_by_hidden": {"256": {"dense": {"down": bad.as_dict()}}}})
+        net.decode(*_token())
+    net = _net()
+    spec, report = fk.refine_in_step(net, 20, candidates={"dense": [bad, FAST_DOWN]}, roles=("down",), repeats=1, log=lambda m: None,
+                                     time_ms=_real_then(net))
+    (refused,) = [t for t in report["trials"] if "error" in t]
+    assert refused["shape"] == bad.as_dict() and any(t.get("shape") == FAST_DOWN.as_dict() and "x_current" in t for t in report["trials"])
+
+
+def _token():
+    import torch
+
+    return torch.zeros(1, dtype=torch.long), torch.full((1,), 20, dtype=torch.long)
+
+
+def _real_then(net):
+    """The real step (the kernels run, so a refused shape raises), its time read from the fake timer."""
+    fake = _timer(net)
+
+    def ms():
+        net.decode(*_token())
+        return fake()
+    return ms
+
+
+def test_the_real_timer_runs_the_step_and_the_refined_model_still_gives_the_models_logits():
+    from decodegap.measure.fused_kernels.tune_step import step_timer
+
+    model = build_model(WIDE, "cpu", "sdpa", 0).float()
+    net = FusedModel(model, get_weight_path("bf16"), 64, backend="triton")
+    assert step_timer(net, 20)() > 0
+    spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, roles=("down",), repeats=1, min_gain=-1.0,
+                                     log=lambda m: None)
+    assert net.gemv["down"] == FAST_DOWN and report["start_ms"] and report["end_ms"]  # min_gain -1: any shape is taken
+    check = logit_check(model, net, prompt_tokens=20, steps=2)
+    assert check["rel_l2_max"] <= 1e-5 and check["agrees"], check
