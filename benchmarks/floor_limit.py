@@ -78,8 +78,10 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              in each of --quant's kernel paths with it, and with its GEMV shapes alone, against the table
              (--no-tune-attention: the GEMVs alone are tuned; int4 under x_pairs also as f16 pairs)
   refine     each card's GEMV shapes in each kernel format of --quant chosen in the whole step
-             (fused_kernels.tune_step: every candidate of a role timed as the captured step beside the
-             current choice, taken past --refine-min-gain twice; down and o first), within
+             (fused_kernels.tune_step: each role climbs from the table's shape through its neighbours,
+             rows and block_k halved or doubled, 4 or 8 warps, x as a tile or not, each timed as the
+             captured step beside the current choice and taken past --refine-min-gain twice; down and
+             o first), within
              --refine-budget-s a card and format; then the table's step and the refined one side by
              side at every --ctx, and the change printed as a JSON lever for --levers on another machine
 

@@ -102,3 +102,35 @@ def test_the_real_timer_runs_the_step_and_the_refined_model_still_gives_the_mode
     assert net.gemv["down"] == FAST_DOWN and report["start_ms"] and report["end_ms"]  # min_gain -1: any shape is taken
     check = logit_check(model, net, prompt_tokens=20, steps=2)
     assert check["rel_l2_max"] <= 1e-5 and check["agrees"], check
+
+
+def test_by_default_each_role_climbs_through_its_neighbours_while_a_step_helps_and_stops_at_the_first_that_does_not():
+    """The climb from the table's down: halving rows helps twice (3 % each), a third time not; the
+    shape's other fields stay, and the number of confirmations says it climbed two steps."""
+    net = _net()
+    start = net.gemv["down"]
+
+    def ms():
+        rows = net.gemv["down"].rows
+        return {start.rows: 10.0, start.rows // 2: 9.7, start.rows // 4: 9.4, start.rows // 8: 9.6}.get(rows, 10.2)
+
+    spec, report = fk.refine_in_step(net, 20, roles=("down",), repeats=1, time_ms=ms, log=lambda m: None)
+    got = fk.resolve(spec, "cpu").gemv_for("dense", "down", 256)
+    assert got == dataclasses.replace(start, rows=start.rows // 4)  # block_k, warps, x_tile as they were
+    assert [t["taken"] for t in report["trials"] if t.get("confirm")] == [True, True]
+    assert report["x_start"] == pytest.approx(10.0 / 9.4) and report["change"]["gemv_by_hidden"]["256"]["dense"]["down"] == got.as_dict()
+    tried = [fk.GemvConfig(**t["shape"]) for t in report["trials"] if not t.get("confirm")]
+    assert len(tried) == len(set(tried)) and start not in tried  # no shape timed twice, the start never against itself
+
+
+def test_a_neighbour_is_one_step_in_rows_block_k_warps_or_the_tile_and_keeps_the_rest():
+    from decodegap.measure.fused_kernels.tune_step import neighbours
+
+    shape = fk.GemvConfig(2, 512, 4, x_tile=True, load_ahead=True, f16_words=2)
+    got = neighbours(shape)
+    assert shape not in got and len(got) == len(set(got)) == 10
+    assert all(g.load_ahead and g.f16_words == 2 for g in got)
+    assert fk.GemvConfig(4, 256, 4, x_tile=True, load_ahead=True, f16_words=2) in got  # the same bytes a loop step, two rows more
+    assert fk.GemvConfig(2, 512, 8, x_tile=True, load_ahead=True, f16_words=2) in got
+    assert fk.GemvConfig(2, 512, 4, x_tile=False, load_ahead=True, f16_words=2) in got
+    assert all(g.rows >= 1 for g in neighbours(fk.GemvConfig(1, 512, 4)))

@@ -8,10 +8,14 @@ the step a kernel overlaps the one before it (PDL), finds L2 as that one left it
 machine with its tail, so each candidate here is timed as the whole captured step.
 
 `refine_in_step(net, ctx)` walks the roles (down and o first: in bf16 they hold most of the GEMVs'
-excess over a read, floor_limit_roles_h200.txt). For each role it times every candidate shape of the
-role's read beside the current choice, alternating the two so drift cancels, keeps the fastest when
-it beats the current by `min_gain`, and keeps it only if a second, fresh comparison agrees. It returns
-a launch-shapes change (launch.resolve's form, keyed by the card's width) and the trials.
+excess over a read, floor_limit_roles_h200.txt). For each role it times the current shape's
+neighbours (`neighbours`: rows, block_k or both halved or doubled, 4 or 8 warps, x as a tile or not,
+the shape's other fields kept: a pair read's f16_words, load_ahead) beside the current choice,
+alternating the two so drift cancels; it takes the fastest when it beats the current by `min_gain`
+and a second, fresh comparison agrees, and climbs again from there (at most `climbs` times a role).
+The H200's o and down changes for the 4096-wide cards lie within such steps: o rows 1 -> 4 (two
+doublings), down (1, 1024) -> (2, 512) (one). Given `candidates`, it tries those instead, once. It returns a launch-shapes
+change (launch.resolve's form, keyed by the card's width) and the trials.
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -19,6 +23,7 @@ On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import statistics
 import time
 
@@ -62,6 +67,20 @@ def step_timer(net, ctx: int, n_replays: int = 100):
     return timed
 
 
+def neighbours(shape: GemvConfig) -> list[GemvConfig]:
+    """The shapes one step from `shape`: rows, block_k, or both (the same bytes a loop step, or twice or
+    half as many) halved or doubled, warps 4 <-> 8, x_tile flipped; every other field kept. A shape a
+    kernel refuses (int4 reads whole groups of 128 columns) comes back from the step as a trial's error."""
+    out = []
+    for dr, dk in ((2, 1), (0.5, 1), (1, 2), (1, 0.5), (2, 0.5), (0.5, 2), (2, 2), (0.5, 0.5)):
+        rows, block_k = int(shape.rows * dr), int(shape.block_k * dk)
+        if rows >= 1 and 16 <= block_k <= 16384 and (rows, block_k) != (shape.rows, shape.block_k):
+            out.append(dataclasses.replace(shape, rows=rows, block_k=block_k))
+    out.append(dataclasses.replace(shape, warps=8 if shape.warps == 4 else 4))
+    out.append(dataclasses.replace(shape, x_tile=not shape.x_tile))
+    return list(dict.fromkeys(out))
+
+
 def with_role(spec: dict, hidden: int, read: str, role: str, shape: GemvConfig) -> dict:
     """`spec` (launch.resolve's dict form) with one role's shape set for this width and read."""
     out = copy.deepcopy(spec)
@@ -80,19 +99,19 @@ def compare(net, time_ms, a: dict, b: dict, repeats: int) -> tuple[float, list, 
 
 
 def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_ORDER, budget_s: float = 120.0,
-                   min_gain: float = 0.005, repeats: int = 3, n_replays: int = 100, time_ms=None, log=print) -> tuple[dict, dict]:
+                   min_gain: float = 0.005, repeats: int = 3, climbs: int = 3, n_replays: int = 100, time_ms=None,
+                   log=print) -> tuple[dict, dict]:
     """Each role's GEMV shape chosen in the whole step of `net` (a FusedModel on the Triton backend) at
-    position ctx, starting from its current launch shapes. `candidates`: read -> shapes (GemvConfig or
-    tune.py's tuples; default tune.GEMV_CANDIDATES), tried for every role that reads that way. A shape is
-    taken when the step with it is at least 1 + min_gain times as fast as with the current one, twice:
-    the comparison that found it and a fresh one. `time_ms`: the step timer (default step_timer).
+    position ctx, starting from its current launch shapes. By default each role climbs from its shape
+    through `neighbours`, at most `climbs` steps; `candidates` (read -> shapes, GemvConfig or tune.py's
+    tuples, e.g. tune.GEMV_CANDIDATES) instead tries those, once, for every role that reads that way. A
+    shape is taken when the step with it is at least 1 + min_gain times as fast as with the current one,
+    twice: the comparison that found it and a fresh one. `time_ms`: the step timer (default step_timer).
 
     Returns (spec, report): spec, the launch-shapes change to give FusedModel or launch.resolve (the
     starting shapes with the roles chosen here, keyed by the card's width); report, the trials
     (role, read, shape, ratio to the current choice, taken or not), the roles skipped for the budget, the
     seconds spent and the start's and the end's step, timed side by side."""
-    from decodegap.measure.fused_kernels.tune import GEMV_CANDIDATES
-
     t0 = time.perf_counter()
     start = net.shapes
     base = start.as_dict() if isinstance(start, LaunchShapes) else copy.deepcopy(start)
@@ -100,35 +119,41 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     time_ms = time_ms or step_timer(net, ctx, n_replays)
     spec, trials, skipped = base, [], []
     for role in roles:
-        read = reads[role]
-        shapes = [c if isinstance(c, GemvConfig) else GemvConfig(*c) for c in (candidates or GEMV_CANDIDATES).get(read, [])]
-        current = _resolved(net, spec).gemv_for(read, role, hidden)
-        best, best_ratio = None, 0.0  # the fastest candidate, taken below only past the margin
-        for shape in shapes:
-            if shape == current:
-                continue
-            if time.perf_counter() - t0 > budget_s:
-                skipped.append(f"{role} {shape.as_dict()}")
-                continue
-            trial = with_role(spec, hidden, read, role, shape)
-            try:
-                ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
-            except Exception as exc:  # noqa: BLE001 - a shape the kernel or the GPU refuses is a result, not a stop
-                trials.append({"role": role, "read": read, "shape": shape.as_dict(), "error": str(exc).splitlines()[0][:200]})
-                log(f"refine {role} ({read}) {shape.as_dict()}: {str(exc).splitlines()[0][:120]}")
-                continue
-            trials.append({"role": role, "read": read, "shape": shape.as_dict(), "x_current": ratio})
-            log(f"refine {role} ({read}) {shape.as_dict()}: {ratio:.3f}x the current step")
-            if ratio > best_ratio:
-                best, best_ratio = shape, ratio
-        if best is not None and best_ratio >= 1 + min_gain:
+        read, tried = reads[role], set()
+        for _ in range(1 if candidates is not None else climbs):
+            current = _resolved(net, spec).gemv_for(read, role, hidden)
+            tried.add(current)
+            shapes = ([c if isinstance(c, GemvConfig) else GemvConfig(*c) for c in candidates.get(read, [])]
+                      if candidates is not None else neighbours(current))
+            best, best_ratio = None, 0.0  # the fastest candidate, taken below only past the margin
+            for shape in shapes:
+                if shape in tried:
+                    continue
+                tried.add(shape)
+                if time.perf_counter() - t0 > budget_s:
+                    skipped.append(f"{role} {shape.as_dict()}")
+                    continue
+                trial = with_role(spec, hidden, read, role, shape)
+                try:
+                    ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
+                except Exception as exc:  # noqa: BLE001 - a shape the kernel or the GPU refuses is a result, not a stop
+                    trials.append({"role": role, "read": read, "shape": shape.as_dict(), "error": str(exc).splitlines()[0][:200]})
+                    log(f"refine {role} ({read}) {shape.as_dict()}: {str(exc).splitlines()[0][:120]}")
+                    continue
+                trials.append({"role": role, "read": read, "shape": shape.as_dict(), "x_current": ratio})
+                log(f"refine {role} ({read}) {shape.as_dict()}: {ratio:.3f}x the current step")
+                if ratio > best_ratio:
+                    best, best_ratio = shape, ratio
+            if best is None or best_ratio < 1 + min_gain:
+                break  # no neighbour beats the current: this role is done
             trial = with_role(spec, hidden, read, role, best)
             again, _, _ = compare(net, time_ms, spec, trial, repeats)
             taken = again >= 1 + min_gain
             trials.append({"role": role, "read": read, "shape": best.as_dict(), "x_current": again, "confirm": True, "taken": taken})
             log(f"refine {role} ({read}): {best.as_dict()} {best_ratio:.3f}x, again {again:.3f}x: {'taken' if taken else 'kept the current'}")
-            if taken:
-                spec = trial
+            if not taken:
+                break
+            spec = trial
     end_ratio, start_ms, end_ms = compare(net, time_ms, base, spec, repeats) if spec is not base else (1.0, [], [])
     net.set_launch_shapes(spec)
     first, last = _resolved(net, base), _resolved(net, spec)
