@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune refine] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--refine-budget-s 120] [--smoke]
+        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune refine] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--levers-from DIR/floor_limit.json] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--refine-budget-s 120] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -48,7 +48,8 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              inputs that the step writes stored as float32, x_fp32, or for int4 as f16 pairs, x_pairs;
              each GEMV loop loading its next step's weights ahead in some roles, load_ahead; the
              attention prefetching o's weight into L2, l2_ahead); --levers also takes a change of
-             its own as a JSON object (a role's shapes tried in the whole step)
+             its own as a JSON object (a role's shapes tried in the whole step), and --levers-from the
+             changes a saved run's refine part chose
   gemv       each card's GEMV roles in each format, launched as the step launches them (the table's
              norm, x_fp32 and x_pairs), timed as graph-replayed launches cycling over
              enough weight copies to miss L2, with the bytes a launch reads per second; cuBLAS
@@ -1193,6 +1194,35 @@ def chosen_levers(names, device) -> dict | None:
     return {"table": {}, **{n: given.get(n, known.get(n)) for n in names}}
 
 
+def refined_levers(paths, device) -> dict:
+    """The refine part's changes in saved floor_limit.json files as levers, "refined <model> <quant>" each
+    (a run on another machine confirms them: --parts levers --levers-from FILE). A file that cannot be
+    read, is no floor_limit.json or holds no refine part is an error that names it."""
+    from decodegap.measure import fused_kernels as fk
+
+    out = {}
+    for path in paths:
+        try:
+            results = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"floor_limit --levers-from: cannot read {path}: {exc}") from None
+        rows = results.get("refine") if isinstance(results, dict) else None
+        if not isinstance(rows, list) or not rows:
+            raise SystemExit(f"floor_limit --levers-from: {path} holds no refine part (run it with --parts refine)")
+        for row in rows:
+            if row.get("change"):
+                name = f"refined {row['model']} {row['quant']}"
+                try:
+                    fk.resolve(row["change"], device)
+                except (ValueError, TypeError) as exc:
+                    raise SystemExit(f"floor_limit --levers-from: {path}: {name}'s change is no launch-shapes change: {exc}") from None
+                out[name] = row["change"]
+    if not out:
+        print(f"floor_limit --levers-from: no refine row of {', '.join(map(str, paths))} changed a shape: the table's step alone",
+              file=sys.stderr)
+    return out
+
+
 def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev, n_host, variants=None):
     import torch
 
@@ -1220,6 +1250,9 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                     if set(change or {}) in ({"gemv"}, {"x_fp32"}, {"x_pairs"}, {"load_ahead"}) and \
                             not {fmt, f"{fmt}_pairs"} & set(change[next(iter(change))]):
                         continue  # a lever of another storage format's GEMVs only
+                    if set(change or {}) == {"gemv_by_hidden"} and not {fmt, f"{fmt}_pairs", "dense"} & {
+                            read for width in change["gemv_by_hidden"].values() for read in width}:
+                        continue  # a change of another format's GEMVs only (dense: lm_head, in every format)
                     if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
                         continue  # the table's own norm for this format: the table's step
                     if set(change or {}) == {"pdl_prefetch"} and not table.prefetch_for(fmt):
@@ -1528,6 +1561,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lever-models", nargs="+", default=None, help="cards the levers run on (default: the first of --models)")
     ap.add_argument("--levers", nargs="+", default=None,
                     help="the levers part's variants to run beside the table (names as it prints them, e.g. 'norm sum', or a launch-shapes change as a JSON object; default: all)")
+    ap.add_argument("--levers-from", nargs="+", type=Path, default=[], metavar="JSON",
+                    help="also run, as levers, the shape changes the refine part saved in these floor_limit.json files")
     ap.add_argument("--tune-budget-s", type=float, default=90, help="tune_launch_shapes' budget (each candidate compiles: 1-2 s)")
     ap.add_argument("--tune-norm", choices=("program", "sum", "apart"), default=None,
                     help="the norm lever to tune every format under (default: the GPU's table entry's, per format)")
@@ -1622,8 +1657,11 @@ def main(argv=None) -> int:
             elif name == "stages":
                 run.part(name, run_stages, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":
+                variants = chosen_levers(a.levers, device)
+                if a.levers_from:  # the refine part's changes from earlier runs, beside the table (and --levers)
+                    variants = {**(variants or {"table": {}}), **refined_levers(a.levers_from, device)}
                 run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
-                         chosen_levers(a.levers, device))
+                         variants)
             elif name == "refine":
                 run.part(name, run_refine, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
                          a.refine_budget_s, a.refine_min_gain, a.smoke)

@@ -209,3 +209,27 @@ def test_a_lever_given_as_json_runs_that_change_and_a_bad_one_is_refused_by_name
         m.chosen_levers(['{"down": '], cpu)
     with pytest.raises(SystemExit, match="unknown lever"):
         m.chosen_levers(["norm summ"], cpu)
+
+
+def test_a_saved_refine_runs_changes_come_back_as_levers_and_a_file_without_them_is_named(tmp_path, capsys):
+    """--levers-from: the refine part's changes, chosen on one machine, run as levers on another; a file
+    that is not a floor_limit.json with a refine part stops the run before any GPU time, naming the file."""
+    import torch
+
+    m, cpu = _benchmark(), torch.device("cpu")
+    change = {"gemv_by_hidden": {"4096": {"dense": {"o": {"rows": 4, "block_k": 1024, "warps": 4, "x_tile": False}}}}}
+    saved = tmp_path / "floor_limit.json"
+    saved.write_text(json.dumps({"skipped": [], "refine": [{"model": "llama-3.1-8b", "quant": "bf16", "change": change},
+                                                           {"model": "qwen2.5-7b", "quant": "bf16", "change": {}}]}))
+    got = m.refined_levers([saved], cpu)
+    assert got == {"refined llama-3.1-8b bf16": change}  # an unchanged card is no lever
+    with pytest.raises(SystemExit, match="missing.json"):
+        m.refined_levers([tmp_path / "missing.json"], cpu)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"skipped": [], "steps": []}))
+    with pytest.raises(SystemExit, match="other.json holds no refine part"):
+        m.refined_levers([other], cpu)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"refine": [{"model": "x", "quant": "bf16", "change": {"gemv_by_hidden": {"wide": {}}}}]}))
+    with pytest.raises(SystemExit, match="bad.json: refined x bf16's change"):
+        m.refined_levers([bad], cpu)
