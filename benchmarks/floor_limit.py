@@ -3,7 +3,7 @@ one call (about 7-8 minutes on an H200 with the defaults).
 
     python benchmarks/floor_limit.py --deadline-s 500 --out DIR [--models qwen2.5-7b mistral-7b-v0.3 llama-3.1-8b]
         [--quant bf16 fp8 int4-triton int4-tinygemm] [--ctx 2048 16384] [--attn-ctx 2048 4096 8192 16384]
-        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune refine] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--levers-from DIR/floor_limit.json] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--refine-budget-s 120] [--smoke]
+        [--parts checks steps ceiling persistent attention levers gemv stages layout prologue l2 tune refine] [--lever-models qwen2.5-7b] [--levers "norm sum" ...] [--levers-from DIR/floor_limit.json] [--tune-budget-s 90] [--tune-norm apart] [--tune-x-fp32] [--tune-x-pairs fp8] [--no-tune-attention] [--refine-budget-s 120] [--refine-min-gain 0.005] [--smoke]
 
 Parts, in this order (what matters most first); each is wrapped so that a failure is a line and the
 rest still runs, and items are skipped (and listed) once the deadline nears:
@@ -1194,6 +1194,14 @@ def chosen_levers(names, device) -> dict | None:
     return {"table": {}, **{n: given.get(n, known.get(n)) for n in names}}
 
 
+def lever_applies(change: dict, fmt: str, hidden: int) -> bool:
+    """Whether a change by card width (refine's form) touches a step of this format and width: its
+    width, and a read of the format (dense only through lm_head, which every format reads dense)."""
+    reads = change["gemv_by_hidden"].get(str(hidden), change["gemv_by_hidden"].get(hidden, {}))
+    return any(read in (fmt, f"{fmt}_pairs") or (read == "dense" and (fmt == "dense" or "lm_head" in roles))
+               for read, roles in reads.items())
+
+
 def refined_levers(paths, device) -> dict:
     """The refine part's changes in saved floor_limit.json files as levers, "refined <model> <quant>" each
     (a run on another machine confirms them: --parts levers --levers-from FILE). A file that cannot be
@@ -1212,6 +1220,8 @@ def refined_levers(paths, device) -> dict:
         for row in rows:
             if row.get("change"):
                 name = f"refined {row['model']} {row['quant']}"
+                if name in out:  # the same card and format in another file: both run, told apart by the file
+                    name = f"{name} ({Path(path).parent.name}/{Path(path).name})"
                 try:
                     fk.resolve(row["change"], device)
                 except (ValueError, TypeError) as exc:
@@ -1250,9 +1260,8 @@ def run_levers(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                     if set(change or {}) in ({"gemv"}, {"x_fp32"}, {"x_pairs"}, {"load_ahead"}) and \
                             not {fmt, f"{fmt}_pairs"} & set(change[next(iter(change))]):
                         continue  # a lever of another storage format's GEMVs only
-                    if set(change or {}) == {"gemv_by_hidden"} and not {fmt, f"{fmt}_pairs", "dense"} & {
-                            read for width in change["gemv_by_hidden"].values() for read in width}:
-                        continue  # a change of another format's GEMVs only (dense: lm_head, in every format)
+                    if set(change or {}) == {"gemv_by_hidden"} and not lever_applies(change, fmt, net.embed.shape[1]):
+                        continue  # a change of another card width's or another format's GEMVs only: the table's step
                     if set(change or {}) == {"norm"} and fk.resolve(change, device).norm_for(fmt) == table.norm_for(fmt):
                         continue  # the table's own norm for this format: the table's step
                     if set(change or {}) == {"pdl_prefetch"} and not table.prefetch_for(fmt):
@@ -1343,20 +1352,30 @@ def run_refine(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
                 run.say(f"skipped (deadline): refine {key} {quant}")
                 continue
             net = FusedModel(model, get_weight_path(quant), max(ctxs) + STEP_SLOTS, backend="triton")
-            spec, report = fk.refine_in_step(net, ctxs[0], budget_s=budget, min_gain=min_gain, n_replays=n_dev, log=run.say, **kw)
-            row = {"model": key, "quant": quant, "ctx": ctxs[0], **report, "steps": {}}
-            for ctx in ctxs:  # the table's step and the refined one, side by side
-                times = {}
-                for name, change in (("table", None), ("refined", spec)):
-                    net.set_launch_shapes(change)
-                    times[name] = time_step(run, net, ctx, device, copy_Bps, n_dev, n_host, decompose=False)
-                row["steps"][str(ctx)] = {"table_ms": times["table"]["device_ms"], "refined_ms": times["refined"]["device_ms"],
-                                          "x_table": times["table"]["device_ms"] / times["refined"]["device_ms"],
-                                          "refined_TBps": times["refined"]["TBps"],
-                                          "check_vs_plain_ops": times["refined"]["check_vs_plain_ops"]}
-                run.say(f"refine {key} {quant} ctx {ctx}: table {times['table']['device_ms']:.3f} ms, refined "
-                        f"{times['refined']['device_ms']:.3f} ms ({row['steps'][str(ctx)]['x_table']:.3f}x the table's)")
-            run.say(f"refine {key} {quant}: as a lever: " + (f"'{json.dumps(report['change'])}'" if report["change"] else "none (the table's shapes)"))
+            try:
+                spec, report = fk.refine_in_step(net, ctxs[0], budget_s=budget, min_gain=min_gain, n_replays=n_dev, log=run.say, **kw)
+                row = {"model": key, "quant": quant, "ctx": ctxs[0], **report, "steps": {}}
+                for ctx in ctxs:  # the table's step and the refined one, side by side (the order alternating by context)
+                    times = {}
+                    for name, change in (("table", None), ("refined", spec))[::1 if ctxs.index(ctx) % 2 == 0 else -1]:
+                        net.set_launch_shapes(change)
+                        times[name] = time_step(run, net, ctx, device, copy_Bps, n_dev, n_host, decompose=False)
+                    table, mine = times["table"], times["refined"]
+                    # the refined kernels must compute what the table's do: their error against plain ops no worse
+                    ok = mine["check_vs_plain_ops"] <= 1.5 * table["check_vs_plain_ops"] + 1e-4
+                    row["steps"][str(ctx)] = {"table_ms": table["device_ms"], "refined_ms": mine["device_ms"],
+                                              "x_table": table["device_ms"] / mine["device_ms"], "refined_TBps": mine["TBps"],
+                                              "check_vs_plain_ops": mine["check_vs_plain_ops"],
+                                              "table_check_vs_plain_ops": table["check_vs_plain_ops"], "check_ok": ok}
+                    if not ok:
+                        run.results.setdefault("checks_failed", []).append(f"refine {key} {quant} ctx {ctx}")
+                    run.say(f"refine {key} {quant} ctx {ctx}: table {table['device_ms']:.3f} ms, refined {mine['device_ms']:.3f} ms "
+                            f"({table['device_ms'] / mine['device_ms']:.3f}x the table's); check {mine['check_vs_plain_ops']:.1e} "
+                            f"(table {table['check_vs_plain_ops']:.1e}){'' if ok else ' FAILED'}")
+                run.say(f"refine {key} {quant}: as a lever: " + (f"'{json.dumps(report['change'])}'" if report["change"] else "none (the table's shapes)"))
+            except Exception as exc:  # noqa: BLE001 - one card and format's failure is a row; the others still run
+                row = {"model": key, "quant": quant, "ctx": ctxs[0], "error": first_line(exc)}
+                run.say(f"refine {key} {quant}: {first_line(exc)}")
             out.append(row)
             del net
             if device.type == "cuda":
@@ -1615,6 +1634,12 @@ def main(argv=None) -> int:
             print("floor_limit: needs a CUDA GPU (it times on the device); --smoke runs it on the CPU", file=sys.stderr)
             return 2
         device, dtype, n_dev, n_host = torch.device("cuda"), torch.bfloat16, 50, 30
+    if a.levers_from and "levers" not in a.parts:
+        ap.error("--levers-from runs its changes in the levers part: add levers to --parts")
+    # the levers (named, JSON, or a saved run's refine changes) checked before any GPU time: a bad one stops here
+    variants = chosen_levers(a.levers, device) if "levers" in a.parts else None
+    if a.levers_from:  # the refine part's changes from earlier runs, beside the table (and --levers)
+        variants = {**(variants or {"table": {}}), **refined_levers(a.levers_from, device)}
     run = Run(a.deadline_s, a.out, t0)
     gpu = load_gpu(a.gpu) if not a.smoke else None
     copy_Bps = copy_bandwidth_Bps(device.type)
@@ -1657,9 +1682,6 @@ def main(argv=None) -> int:
             elif name == "stages":
                 run.part(name, run_stages, run, cards, model_parts, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host)
             elif name == "levers":
-                variants = chosen_levers(a.levers, device)
-                if a.levers_from:  # the refine part's changes from earlier runs, beside the table (and --levers)
-                    variants = {**(variants or {"table": {}}), **refined_levers(a.levers_from, device)}
                 run.part(name, run_levers, run, cards, lever_models, a.quant, a.ctx, device, dtype, copy_Bps, n_dev, n_host,
                          variants)
             elif name == "refine":

@@ -223,12 +223,25 @@ def test_a_saved_refine_runs_changes_come_back_as_levers_and_a_file_without_them
                                                            {"model": "qwen2.5-7b", "quant": "bf16", "change": {}}]}))
     got = m.refined_levers([saved], cpu)
     assert got == {"refined llama-3.1-8b bf16": change}  # an unchanged card is no lever
+    # such a lever runs only on steps it changes: its card width, and its format (dense: lm_head in every format)
+    assert m.lever_applies(change, "dense", 4096) and not m.lever_applies(change, "dense", 3584)
+    assert not m.lever_applies(change, "fp8", 4096)  # a bf16 o shape: fp8's step reads o its own way
+    head = {"gemv_by_hidden": {"4096": {"dense": {"lm_head": {"rows": 2, "block_k": 512, "warps": 4}}}}}
+    assert m.lever_applies(head, "int4", 4096)
+    assert m.lever_applies({"gemv_by_hidden": {"4096": {"fp8_pairs": {"down": {"rows": 8, "block_k": 2048, "warps": 8}}}}}, "fp8", 4096)
     with pytest.raises(SystemExit, match="missing.json"):
         m.refined_levers([tmp_path / "missing.json"], cpu)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"skipped": [], "steps": []}))
     with pytest.raises(SystemExit, match="other.json holds no refine part"):
         m.refined_levers([other], cpu)
+    # on the command line: refused before any part runs (no floor_limit.json written), and only with the levers part
+    with pytest.raises(SystemExit, match="other.json holds no refine part"):
+        m.main(["--smoke", "--out", str(tmp_path / "run"), "--parts", "checks", "levers", "--levers-from", str(other)])
+    assert not (tmp_path / "run" / "floor_limit.json").exists()
+    with pytest.raises(SystemExit):
+        m.main(["--smoke", "--out", str(tmp_path / "run"), "--parts", "steps", "--levers-from", str(saved)])
+    assert "add levers to --parts" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"refine": [{"model": "x", "quant": "bf16", "change": {"gemv_by_hidden": {"wide": {}}}}]}))
     with pytest.raises(SystemExit, match="bad.json: refined x bf16's change"):

@@ -43,7 +43,7 @@ def _timer(net):
 
 def test_a_shape_is_taken_only_when_it_beats_the_current_by_the_margin_twice():
     net = _net()
-    table = fk.resolve(None, "cpu")
+    table = net.shapes
     cands = {"dense": [FAST_DOWN, TINY_O, FLAKY_QKV]}
     spec, report = fk.refine_in_step(net, 20, candidates=cands, roles=("down", "o", "qkv"), repeats=1, time_ms=_timer(net), log=lambda m: None)
     got = fk.resolve(spec, "cpu")
@@ -61,8 +61,9 @@ def test_a_shape_is_taken_only_when_it_beats_the_current_by_the_margin_twice():
 
 def test_a_spent_budget_skips_the_rest_and_leaves_the_start_and_a_refused_shape_is_a_trial_not_a_stop():
     net = _net()
+    before = net.shapes
     spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, budget_s=0, time_ms=_timer(net), log=lambda m: None)
-    assert fk.resolve(spec, "cpu") == net.shapes and report["skipped"] and not report["trials"] and report["x_start"] == 1.0
+    assert spec == before and report["skipped"] and not report["trials"] and report["x_start"] == 1.0 and not report["change"]
     net = _net()
     bad = fk.GemvConfig(4, 48, 4)  # block_k not a power of two: the kernel refuses it when the step runs
     with pytest.raises(Exception):
@@ -134,3 +135,15 @@ def test_a_neighbour_is_one_step_in_rows_block_k_warps_or_the_tile_and_keeps_the
     assert fk.GemvConfig(2, 512, 8, x_tile=True, load_ahead=True, f16_words=2) in got
     assert fk.GemvConfig(2, 512, 4, x_tile=False, load_ahead=True, f16_words=2) in got
     assert all(g.rows >= 1 for g in neighbours(fk.GemvConfig(1, 512, 4)))
+
+
+def test_the_levers_a_net_was_built_with_stay_through_the_refinement():
+    """A net built with levers off that its GPU's table has on (here the norm apart and x as float32 for
+    int4: the CPU table has neither) is refined with those levers, and the result keeps them."""
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton",
+                     gemv_configs={"norm": "sum", "x_fp32": {"int4": True}})
+    before = net.shapes
+    spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, roles=("down",), repeats=1, time_ms=_timer(net),
+                                     log=lambda m: None)
+    assert spec == before.replace(gemv_by_hidden={**before.gemv_by_hidden, 256: {"dense": {"down": FAST_DOWN}}})
+    assert net.shapes.norm_for("dense") == "sum" and net.shapes.x_fp32_for("int4", 256)

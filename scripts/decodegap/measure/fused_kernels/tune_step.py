@@ -22,7 +22,6 @@ On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import statistics
 import time
@@ -81,19 +80,21 @@ def neighbours(shape: GemvConfig) -> list[GemvConfig]:
     return list(dict.fromkeys(out))
 
 
-def with_role(spec: dict, hidden: int, read: str, role: str, shape: GemvConfig) -> dict:
-    """`spec` (launch.resolve's dict form) with one role's shape set for this width and read."""
-    out = copy.deepcopy(spec)
-    out.setdefault("gemv_by_hidden", {}).setdefault(str(hidden), {}).setdefault(read, {})[role] = shape.as_dict()
-    return out
+def with_role(shapes: LaunchShapes, hidden: int, read: str, role: str, shape: GemvConfig) -> LaunchShapes:
+    """`shapes` with one role's shape set for this width and read (every other field as it was: the
+    levers a net was built with stay, whatever the GPU's table says)."""
+    by_hidden = {w: {f: dict(roles) for f, roles in fmts.items()} for w, fmts in shapes.gemv_by_hidden.items()}
+    by_hidden.setdefault(hidden, {}).setdefault(read, {})[role] = shape
+    return shapes.replace(gemv_by_hidden=by_hidden)
 
 
-def compare(net, time_ms, a: dict, b: dict, repeats: int) -> tuple[float, list, list]:
-    """a's step time over b's (> 1: b is faster), the medians of `repeats` alternating timings of each."""
+def compare(net, time_ms, a, b, repeats: int) -> tuple[float, list, list]:
+    """a's step time over b's (> 1: b is faster), the medians of `repeats` timings of each, in the order
+    a b, b a, a b, ... so that a drift over the comparison favours neither."""
     ta, tb = [], []
-    for _ in range(repeats):
-        for spec, out in ((a, ta), (b, tb)):
-            net.set_launch_shapes(spec)
+    for i in range(repeats):
+        for shapes, out in ((a, ta), (b, tb)) if i % 2 == 0 else ((b, tb), (a, ta)):
+            net.set_launch_shapes(shapes)
             out.append(time_ms())
     return statistics.median(ta) / statistics.median(tb), ta, tb
 
@@ -108,20 +109,21 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     shape is taken when the step with it is at least 1 + min_gain times as fast as with the current one,
     twice: the comparison that found it and a fresh one. `time_ms`: the step timer (default step_timer).
 
-    Returns (spec, report): spec, the launch-shapes change to give FusedModel or launch.resolve (the
-    starting shapes with the roles chosen here, keyed by the card's width); report, the trials
-    (role, read, shape, ratio to the current choice, taken or not), the roles skipped for the budget, the
-    seconds spent and the start's and the end's step, timed side by side."""
+    Returns (shapes, report): shapes, the net's LaunchShapes with the roles chosen here (keyed by the
+    card's width; FusedModel and launch.resolve take it as it is); report, the trials (role, read, shape,
+    ratio to the current choice, taken or not, or the error), what the budget skipped, the seconds spent,
+    the start's and the end's step timed side by side, and `change`: the roles that differ from the
+    start, as a launch-shapes dict over the GPU's table (a lever for floor_limit.py, exact when the net
+    started from its GPU's table, as floor_limit's refine part builds it)."""
     t0 = time.perf_counter()
     start = net.shapes
-    base = start.as_dict() if isinstance(start, LaunchShapes) else copy.deepcopy(start)
     hidden, reads = net.embed.shape[1], dict(net.gemv_read)
     time_ms = time_ms or step_timer(net, ctx, n_replays)
-    spec, trials, skipped = base, [], []
+    spec, trials, skipped = start, [], []
     for role in roles:
         read, tried = reads[role], set()
         for _ in range(1 if candidates is not None else climbs):
-            current = _resolved(net, spec).gemv_for(read, role, hidden)
+            current = spec.gemv_for(read, role, hidden)
             tried.add(current)
             shapes = ([c if isinstance(c, GemvConfig) else GemvConfig(*c) for c in candidates.get(read, [])]
                       if candidates is not None else neighbours(current))
@@ -147,32 +149,38 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
             if best is None or best_ratio < 1 + min_gain:
                 break  # no neighbour beats the current: this role is done
             trial = with_role(spec, hidden, read, role, best)
-            again, _, _ = compare(net, time_ms, spec, trial, repeats)
+            try:
+                again, _, _ = compare(net, time_ms, spec, trial, repeats)
+            except Exception as exc:  # noqa: BLE001 - a failure in the confirmation: the current shape stays
+                trials.append({"role": role, "read": read, "shape": best.as_dict(), "confirm": True, "taken": False,
+                               "error": str(exc).splitlines()[0][:200]})
+                break
             taken = again >= 1 + min_gain
             trials.append({"role": role, "read": read, "shape": best.as_dict(), "x_current": again, "confirm": True, "taken": taken})
             log(f"refine {role} ({read}): {best.as_dict()} {best_ratio:.3f}x, again {again:.3f}x: {'taken' if taken else 'kept the current'}")
             if not taken:
                 break
             spec = trial
-    end_ratio, start_ms, end_ms = compare(net, time_ms, base, spec, repeats) if spec is not base else (1.0, [], [])
+    end_ratio, start_ms, end_ms = 1.0, [], []
+    if spec is not start:
+        try:
+            end_ratio, start_ms, end_ms = compare(net, time_ms, start, spec, repeats)
+        except Exception as exc:  # noqa: BLE001 - the choice stands; its side-by-side figure is missing
+            end_ratio = None
+            trials.append({"final": True, "error": str(exc).splitlines()[0][:200]})
     net.set_launch_shapes(spec)
-    first, last = _resolved(net, base), _resolved(net, spec)
-    chosen = {role: last.gemv_for(reads[role], role, hidden).as_dict() for role in roles}
+    chosen = {role: spec.gemv_for(reads[role], role, hidden).as_dict() for role in roles}
     # the roles that changed, as a launch-shapes change of their own: a lever (floor_limit.py --levers) to
     # confirm the choice on another machine, or a line of a GPU type's table
     change = {}
     for role in roles:
-        if last.gemv_for(reads[role], role, hidden) != first.gemv_for(reads[role], role, hidden):
+        if spec.gemv_for(reads[role], role, hidden) != start.gemv_for(reads[role], role, hidden):
             change.setdefault(str(hidden), {}).setdefault(reads[role], {})[role] = chosen[role]
     report = {"hidden": hidden, "reads": reads, "chosen": chosen, "change": {"gemv_by_hidden": change} if change else {},
               "trials": trials, "skipped": skipped,
               "spent_s": time.perf_counter() - t0, "budget_s": budget_s, "min_gain": min_gain, "repeats": repeats,
               "x_start": end_ratio, "start_ms": start_ms, "end_ms": end_ms}
-    log(f"refine: the chosen shapes ran the step {end_ratio:.3f}x the start's speed ({report['spent_s']:.0f} s)")
+    log(f"refine: the chosen shapes ran the step {end_ratio:.3f}x the start's speed ({report['spent_s']:.0f} s)" if end_ratio
+        else f"refine: the start and the choice could not be timed side by side ({report['spent_s']:.0f} s)")
     return spec, report
 
-
-def _resolved(net, spec: dict) -> LaunchShapes:
-    from decodegap.measure.fused_kernels.launch import resolve
-
-    return resolve(spec, net.device)
