@@ -82,9 +82,9 @@ rest still runs, and items are skipped (and listed) once the deadline nears:
              (fused_kernels.tune_step: each role climbs from the table's shape through its neighbours,
              rows and block_k halved or doubled, 4 or 8 warps, x as a tile or not, each timed as the
              captured step beside the current choice and taken past --refine-min-gain twice; down and
-             o first), within
-             --refine-budget-s a card and format; then the table's step and the refined one side by
-             side at every --ctx, and the change printed as a JSON lever for --levers on another machine
+             o first), within --refine-budget-s a card and format; then the table's step and the
+             refined one side by side at every --ctx, and the change printed as a JSON lever for
+             --levers (or --levers-from this run's floor_limit.json) on another machine
 
 A compact summary table ends the output; everything goes to DIR/floor_limit.json (and the tuned
 shapes to DIR/tuned_launch_shapes.json). Nothing is downloaded: cards build with random weights
@@ -1197,7 +1197,7 @@ def chosen_levers(names, device) -> dict | None:
 def lever_applies(change: dict, fmt: str, hidden: int) -> bool:
     """Whether a change by card width (refine's form) touches a step of this format and width: its
     width, and a read of the format (dense only through lm_head, which every format reads dense)."""
-    reads = change["gemv_by_hidden"].get(str(hidden), change["gemv_by_hidden"].get(hidden, {}))
+    reads = change["gemv_by_hidden"].get(str(hidden), {})  # JSON's keys: the widths as strings
     return any(read in (fmt, f"{fmt}_pairs") or (read == "dense" and (fmt == "dense" or "lm_head" in roles))
                for read, roles in reads.items())
 
@@ -1355,9 +1355,9 @@ def run_refine(run, cards, models, quants, ctxs, device, dtype, copy_Bps, n_dev,
             try:
                 spec, report = fk.refine_in_step(net, ctxs[0], budget_s=budget, min_gain=min_gain, n_replays=n_dev, log=run.say, **kw)
                 row = {"model": key, "quant": quant, "ctx": ctxs[0], **report, "steps": {}}
-                for ctx in ctxs:  # the table's step and the refined one, side by side (the order alternating by context)
+                for i, ctx in enumerate(ctxs):  # the table's step and the refined one, side by side (the order alternating by context)
                     times = {}
-                    for name, change in (("table", None), ("refined", spec))[::1 if ctxs.index(ctx) % 2 == 0 else -1]:
+                    for name, change in (("table", None), ("refined", spec))[::1 if i % 2 == 0 else -1]:
                         net.set_launch_shapes(change)
                         times[name] = time_step(run, net, ctx, device, copy_Bps, n_dev, n_host, decompose=False)
                     table, mine = times["table"], times["refined"]

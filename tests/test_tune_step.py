@@ -147,3 +147,16 @@ def test_the_levers_a_net_was_built_with_stay_through_the_refinement():
                                      log=lambda m: None)
     assert spec == before.replace(gemv_by_hidden={**before.gemv_by_hidden, 256: {"dense": {"down": FAST_DOWN}}})
     assert net.shapes.norm_for("dense") == "sum" and net.shapes.x_fp32_for("int4", 256)
+
+
+def test_a_candidate_that_fails_without_a_message_is_a_trial_named_by_its_error_type():
+    net = _net()
+    fake = _timer(net)
+
+    def ms():
+        if net.gemv["down"] == FAST_DOWN:
+            raise RuntimeError()  # no message: the trial names the type
+        return fake()
+
+    spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, roles=("down",), repeats=1, time_ms=ms, log=lambda m: None)
+    assert [t["error"] for t in report["trials"]] == ["RuntimeError"] and not report["change"]

@@ -14,8 +14,9 @@ the shape's other fields kept: a pair read's f16_words, load_ahead) beside the c
 alternating the two so drift cancels; it takes the fastest when it beats the current by `min_gain`
 and a second, fresh comparison agrees, and climbs again from there (at most `climbs` times a role).
 The H200's o and down changes for the 4096-wide cards lie within such steps: o rows 1 -> 4 (two
-doublings), down (1, 1024) -> (2, 512) (one). Given `candidates`, it tries those instead, once. It returns a launch-shapes
-change (launch.resolve's form, keyed by the card's width) and the trials.
+doublings), down (1, 1024) -> (2, 512) (one). Given `candidates`, it tries those instead, once. It
+returns the net's launch shapes with the choice, and a report: the trials, and the change as a
+launch-shapes dict keyed by the card's width (a lever for floor_limit.py).
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -101,7 +102,7 @@ def compare(net, time_ms, a, b, repeats: int) -> tuple[float, list, list]:
 
 def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_ORDER, budget_s: float = 120.0,
                    min_gain: float = 0.005, repeats: int = 3, climbs: int = 3, n_replays: int = 100, time_ms=None,
-                   log=print) -> tuple[dict, dict]:
+                   log=print) -> tuple[LaunchShapes, dict]:
     """Each role's GEMV shape chosen in the whole step of `net` (a FusedModel on the Triton backend) at
     position ctx, starting from its current launch shapes. By default each role climbs from its shape
     through `neighbours`, at most `climbs` steps; `candidates` (read -> shapes, GemvConfig or tune.py's
@@ -139,8 +140,8 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
                 try:
                     ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
                 except Exception as exc:  # noqa: BLE001 - a shape the kernel or the GPU refuses is a result, not a stop
-                    trials.append({"role": role, "read": read, "shape": shape.as_dict(), "error": str(exc).splitlines()[0][:200]})
-                    log(f"refine {role} ({read}) {shape.as_dict()}: {str(exc).splitlines()[0][:120]}")
+                    trials.append({"role": role, "read": read, "shape": shape.as_dict(), "error": _first_line(exc)})
+                    log(f"refine {role} ({read}) {shape.as_dict()}: {_first_line(exc)[:120]}")
                     continue
                 trials.append({"role": role, "read": read, "shape": shape.as_dict(), "x_current": ratio})
                 log(f"refine {role} ({read}) {shape.as_dict()}: {ratio:.3f}x the current step")
@@ -153,7 +154,7 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
                 again, _, _ = compare(net, time_ms, spec, trial, repeats)
             except Exception as exc:  # noqa: BLE001 - a failure in the confirmation: the current shape stays
                 trials.append({"role": role, "read": read, "shape": best.as_dict(), "confirm": True, "taken": False,
-                               "error": str(exc).splitlines()[0][:200]})
+                               "error": _first_line(exc)})
                 break
             taken = again >= 1 + min_gain
             trials.append({"role": role, "read": read, "shape": best.as_dict(), "x_current": again, "confirm": True, "taken": taken})
@@ -167,7 +168,7 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
             end_ratio, start_ms, end_ms = compare(net, time_ms, start, spec, repeats)
         except Exception as exc:  # noqa: BLE001 - the choice stands; its side-by-side figure is missing
             end_ratio = None
-            trials.append({"final": True, "error": str(exc).splitlines()[0][:200]})
+            trials.append({"final": True, "error": _first_line(exc)})
     net.set_launch_shapes(spec)
     chosen = {role: spec.gemv_for(reads[role], role, hidden).as_dict() for role in roles}
     # the roles that changed, as a launch-shapes change of their own: a lever (floor_limit.py --levers) to
@@ -184,3 +185,7 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
         else f"refine: the start and the choice could not be timed side by side ({report['spent_s']:.0f} s)")
     return spec, report
 
+
+def _first_line(exc) -> str:
+    """An exception's first line (its type where it has no message), short enough for a trial's record."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
