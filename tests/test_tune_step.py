@@ -160,3 +160,45 @@ def test_a_candidate_that_fails_without_a_message_is_a_trial_named_by_its_error_
 
     spec, report = fk.refine_in_step(net, 20, candidates={"dense": [FAST_DOWN]}, roles=("down",), repeats=1, time_ms=ms, log=lambda m: None)
     assert [t["error"] for t in report["trials"]] == ["RuntimeError"] and not report["change"]
+
+
+def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its_sessions_take_the_choice():
+    """setup.refine_fused: one card a width, every fused weight path the record says runs; the choice
+    lands in the shapes the record keeps (a fresh model built from them gets it), a card that fails is
+    its row's error while the other still runs, and no budget changes nothing."""
+    from decodegap.measure import setup
+
+    narrow = dataclasses.replace(WIDE, key="narrow", architecture={**WIDE.architecture, "hidden_size": 128, "head_dim": 32})
+    broken = dataclasses.replace(WIDE, key="broken", architecture={**WIDE.architecture, "hidden_size": 192, "head_dim": 48})
+    record = {"gpu": "cpu", "weights": {"bf16": {"runs": True}, "fp8": {"runs": False, "reason": "no fp8 here"}}}
+    shapes = fk.resolve(None, "cpu").as_dict()
+    start = fk.resolve(shapes, "cpu").gemv_for("dense", "down", 256)
+    better = dataclasses.replace(start, rows=start.rows // 2)
+
+    def timer_for(net):
+        if net.embed.shape[1] == 192:
+            raise RuntimeError("this card's step failed")
+        return lambda: 9.5 if net.gemv["down"] == better else 10.0
+
+    logged = []
+    setup_log, setup.log = setup.log, logged.append
+    try:
+        spec, report = setup.refine_fused(record, None, 600, shapes, device="cpu", ctx=20, cards=[WIDE, narrow, broken],
+                                          time_ms_for=timer_for)
+        assert setup.refine_fused(record, None, 0, shapes, device="cpu", ctx=20, cards=[WIDE]) == (shapes, [])
+    finally:
+        setup.log = setup_log
+    assert [(r["model"], r["hidden"], r["quant"]) for r in report] == [("narrow", 128, "bf16"), ("broken", 192, "bf16"),
+                                                                       (WIDE.key, 256, "bf16")]  # fp8 does not run here: no row
+    ok = {r["hidden"]: r for r in report if "error" not in r}
+    assert set(ok) == {128, 256} and "this card's step failed" in next(r["error"] for r in report if r["hidden"] == 192)
+    got = fk.resolve(spec, "cpu")
+    for width in (128, 256):
+        assert got.gemv_for("dense", "down", width) == better and ok[width]["change"]["gemv_by_hidden"][str(width)]["dense"]["down"]
+        assert ok[width]["x_start"] == pytest.approx(10.0 / 9.5)
+    table = fk.resolve(shapes, "cpu")
+    assert got.gemv_for("dense", "down", 192) == start and got.gemv_for("dense", "o", 256) == table.gemv_for("dense", "o", 256)
+    assert "refined in the whole step by the stage" in spec["source"] and "narrow bf16" in spec["source"]
+    assert any("refine failed: this card's step failed" in m for m in logged)
+    fresh = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=spec)
+    assert fresh.gemv["down"] == better  # a session given the record's shapes runs the choice

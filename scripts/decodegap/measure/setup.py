@@ -411,6 +411,82 @@ def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
     return tune_launch_shapes("cuda", cards, budget_s, log=log)
 
 
+REFINE_CTX = 2048  # the context the stage refines at: the matrix's smallest, where the GEMVs are most of the step
+REFINE_READS = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight paths whose step the fused kernels run
+
+
+def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, device: str = "cuda", ctx: int = REFINE_CTX,
+                 cards=None, time_ms_for=None) -> tuple[dict | None, list]:
+    """`shapes` (the launch shapes chosen so far: the table's or the tuner's dict) with each card width's
+    GEMV shapes chosen again in the whole captured step (fused_kernels.refine_in_step): the tuner times
+    each role alone, and timed alone a role's fastest shape is not its fastest in the step (on the
+    H200 the tuner's choice ran the bf16 steps 0.940-0.978x the table's). One card a width, with the
+    random weights every session builds (a GEMV's speed does not depend on its values), for every
+    fused weight path the record says runs, at position `ctx`; the budget is shared out as it goes.
+
+    Returns (shapes, report): the dict the record keeps (its source naming the refinement), and a row a
+    card and path: what was chosen, the change, the start's and the end's step side by side, the
+    trials. A failure of one card or path is its row's error; the others still run. `cards` (model
+    cards, default: the configured ones whose head layout the stage checks) and `time_ms_for` (net ->
+    step timer) are for tests; on a CPU the kernels run under Triton's interpreter."""
+    import torch
+
+    from decodegap.core.config import load_models
+    from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.cards import build_model
+    from decodegap.measure.fused import FusedModel
+    from decodegap.measure.weights import get_weight_path
+
+    if budget_s <= 0 or shapes is None:
+        return shapes, []
+    if cards is None:
+        cards = [c for c in load_models().values() if c.attention_layout in layouts]
+    by_width = {}
+    for card in cards:  # the GEMV shapes are kept per card width: one card a width
+        by_width.setdefault(card.architecture["hidden_size"], card)
+    quants = [q for q in REFINE_READS if record.get("weights", {}).get(q, {}).get("runs")]
+    items = [(w, q) for w in sorted(by_width) for q in quants]
+    if not items:
+        return shapes, []
+    log(f"fused kernels: refining the GEMV shapes in the whole step for {len(by_width)} card width(s) x "
+        f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
+    t0, spec, report = time.monotonic(), shapes, []
+    for i, (width, quant) in enumerate(items):
+        card = by_width[width]
+        row = {"model": card.key, "hidden": width, "quant": quant, "read": REFINE_READS[quant], "ctx": ctx}
+        share = (budget_s - (time.monotonic() - t0)) / (len(items) - i)  # what is left, shared by what is left
+        if share < 5:
+            row["skipped"] = "budget"
+            log(f"  {card.key} {quant}: skipped (the refine budget is spent)")
+            report.append(row)
+            continue
+        started = time.monotonic()
+        try:
+            model = build_model(card, device, "sdpa", 0)
+            if device == "cpu":
+                model = model.float()  # the interpreter's tests, as tune_step's
+            net = FusedModel(model, get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
+            refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
+                                             time_ms=time_ms_for(net) if time_ms_for else None, log=lambda m: log(f"  {m}"))
+            spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
+            row.update({k: got[k] for k in ("chosen", "change", "x_start", "spent_s", "skipped")},
+                       trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]))
+            log(f"  {card.key} {quant}: the chosen shapes ran the step {got['x_start'] or float('nan'):.3f}x the start's speed"
+                + (f"; changed {json.dumps(got['change'])}" if got["change"] else "; the start's shapes kept"))
+        except Exception as exc:  # noqa: BLE001 - one card's or path's failure is its row; the others still run
+            row["error"] = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            log(f"  {card.key} {quant}: refine failed: {row['error']}")
+        finally:
+            model = net = None
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        report.append(row)
+    changed = [f"{r['model']} {r['quant']}" for r in report if r.get("change")]
+    spec = dict(spec, source=f"{spec.get('source') or shapes.get('source') or 'given'}; refined in the whole step by the stage "
+                             f"({', '.join(changed) or 'nothing changed'}; {time.monotonic() - t0:.0f} s)")
+    return spec, report
+
+
 def record_path(out_dir: str | Path, gpu: str, created_utc: str) -> Path:
     """A new record's file: {gpu}@<UTC time>.json beside the GPU type's earlier ones."""
     stamp = created_utc.replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
@@ -457,6 +533,10 @@ def main(argv=None) -> int:
     p.add_argument("--tune-s", type=float, default=120.0,
                    help="seconds for choosing the fused kernels' launch shapes on this GPU type at the cards' shapes, recorded for its "
                         "sessions (0: the kernels' own table; a CPU never tunes; default: %(default)s)")
+    p.add_argument("--refine-s", type=float, default=0.0,
+                   help="seconds for choosing each card width's GEMV shapes again in the whole captured step, after --tune-s's "
+                        "per-role choice or the table (fused_kernels.refine_in_step; every fused weight path that runs; "
+                        "default: %(default)s, off)")
     args = p.parse_args(argv)
     from decodegap.core.errors import DecodegapError
 
@@ -469,6 +549,9 @@ def main(argv=None) -> int:
     try:
         record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec, args.layouts)
         record["launch_shapes"] = tune_fused(record, args.layouts, args.tune_s)
+        if args.refine_s > 0 and record["device"] == "cuda":  # a CPU never refines, as it never tunes
+            record["launch_shapes"], record["launch_shapes_refine"] = refine_fused(record, args.layouts, args.refine_s,
+                                                                                   record["launch_shapes"])
     except DecodegapError as exc:
         log(f"error: {exc}")
         return EXIT_BAD_INPUT
