@@ -58,7 +58,8 @@ if [ ! -d /tmp/dg/results/raw ]; then
 fi
 # every call adds what its tree holds (a session ingested since this machine's first call, too), so
 # the batch skips it; pack() leaves out whatever the tree holds
-[ -n "${DG_DAEMON:-}" ] || cp -r -n "$TREE"/results/raw/. /tmp/dg/results/raw/
+# (a tree too large to carry results/raw/ carries its manifest, results/raw.sha256: B skips what it lists)
+[ -n "${DG_DAEMON:-}" ] || [ ! -d "$TREE"/results/raw ] || cp -r -n "$TREE"/results/raw/. /tmp/dg/results/raw/
 pack() {
   # each session once: finished after the last pack and before this one
   touch /tmp/dg/.packing
@@ -92,7 +93,7 @@ buildllama() {
   echo "llama.cpp build rc $rc in $(( $(date +%s) - t )) s"
   [ $rc = 0 ] && touch /tmp/site/.got.llama || tail -25 /tmp/dg/logs/llama-build.log
 }
-B() { python3 -m decodegap.measure.batch --root /tmp/dg --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
+B() { python3 -m decodegap.measure.batch --root /tmp/dg --listed-in "$TREE" --deadline-at $END --log-dir /tmp/dg/logs --gpu $GPU "$@" -- --environment $ENV 2>&1 | grep -v "^\s*$" | tail -${TAILN:-4}; echo "  at +$(( $(date +%s) - START )) s"; }
 daemon() {
   [ -f /tmp/dg/daemon.pid ] && kill -0 "$(cat /tmp/dg/daemon.pid)" 2>/dev/null && { echo "daemon: already running"; return; }
   DG_DAEMON=1 DG_END=$(( START + $2 )) SHA=$SHA GPU=$GPU TAILN=${TAILN:-4} setsid bash -c ". envs/lent_gpu.sh; END=\$DG_END; $1; echo daemon done" \

@@ -41,6 +41,20 @@ def test_batch_measures_skips_recorded_and_keeps_compiled_modules(tmp_path):
     assert read_session(session(tmp_path, 2))["environment"]["host_start"]["cpu_affinity"] == [cpu]  # pinned
 
 
+def test_batch_skips_a_session_a_manifest_lists_though_its_file_is_not_here(tmp_path):
+    """A lent GPU's call carries the tree's manifest but not results/raw/ (too large): a session the
+    manifest lists is recorded, so the batch never measures it again (as the workflow plans)."""
+    tree = tmp_path / "tree"
+    listed = session(".", 0).as_posix()
+    (tree / "results").mkdir(parents=True)
+    (tmp_path / "dg").mkdir()
+    (tree / "results" / "raw.sha256").write_text(f"{'a' * 64}  {listed}\n")
+    proc = run_batch(tmp_path / "dg", "--sessions", "0", "1", "--listed-in", str(tree), "--deadline-s", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 sessions planned, 1 already recorded, 1 to measure" in proc.stdout
+    assert "2 sessions planned, 0 already recorded, 2 to measure" in run_batch(tmp_path / "dg", "--sessions", "0", "1", "--deadline-s", "0").stdout
+
+
 def test_batch_starts_nothing_past_its_deadline(tmp_path):
     proc = run_batch(tmp_path, "--sessions", "0", "1", "--deadline-s", "10", "--reserve-s", "20")
     assert proc.returncode == 0

@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     p.add_argument("--attn", nargs="+", default=["sdpa"], help="attention paths (default: sdpa)")
     p.add_argument("--quant", nargs="+", default=["bf16"], help="weight paths (default: bf16)")
     p.add_argument("--root", default=".")
+    p.add_argument("--listed-in", nargs="+", default=[], metavar="TREE",
+                   help="also skip every session these trees' manifests (TREE/results/raw.sha256) list, present or not, as the "
+                        "workflow does: a lent GPU's call whose tree carries the manifest but not results/raw/ (too large to carry)")
     p.add_argument("--deadline-s", type=float, default=None, help="start no session after this many seconds")
     p.add_argument("--deadline-at", type=float, default=None,
                    help="start no session after this UNIX time: one deadline shared by several batch runs of one device call "
@@ -73,7 +76,12 @@ def main(argv=None) -> int:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": args.pycache}
     pin = (lambda: os.sched_setaffinity(0, set(args.cpus))) if args.cpus else None
     cells = planned(args)
-    todo = [c for c in cells if not paths.session_path(root=args.root, **c).exists()]
+    from decodegap.core import manifest
+
+    listed = set()  # a session a manifest lists is recorded, whether or not its file is on this machine
+    for tree in [args.root, *args.listed_in]:
+        listed |= set(manifest.read(tree))
+    todo = [c for c in cells if not paths.session_path(root=args.root, **c).exists() and paths.session_path(**c).as_posix() not in listed]
     print(f"[batch] {len(cells)} sessions planned, {len(cells) - len(todo)} already recorded, {len(todo)} to measure", flush=True)
     failures = done = 0
     for i, cell in enumerate(todo, 1):
