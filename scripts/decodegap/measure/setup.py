@@ -450,7 +450,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
         return shapes, []
     log(f"fused kernels: refining the GEMV shapes in the whole step for {len(by_width)} card width(s) x "
         f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
-    t0, spec, report = time.monotonic(), shapes, []
+    t0, spec, report, built = time.monotonic(), shapes, [], None  # built: (width, model), one card's model for its paths
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
         row = {"model": card.key, "hidden": width, "quant": quant, "read": REFINE_READS[quant], "ctx": ctx}
@@ -461,11 +461,13 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
             report.append(row)
             continue
         started = time.monotonic()
+        net = None
         try:
-            model = build_model(card, device, "sdpa", 0)
-            if device == "cpu":
-                model = model.float()  # the interpreter's tests, as tune_step's
-            net = FusedModel(model, get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
+            if built is None or built[0] != width:  # the width's first path builds its card, once
+                built = None
+                model = build_model(card, device, "sdpa", 0)
+                built = (width, model.float() if device == "cpu" else model)  # float32 on the interpreter, as tune_step's tests
+            net = FusedModel(built[1], get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
             refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
                                              time_ms=time_ms_for(net) if time_ms_for else None, log=lambda m: log(f"  {m}"))
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
@@ -478,6 +480,8 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
             log(f"  {card.key} {quant}: refine failed: {row['error']}")
         finally:
             model = net = None
+            if i + 1 == len(items) or items[i + 1][0] != width:
+                built = None  # this width's last path: its model freed
             if device == "cuda":
                 torch.cuda.empty_cache()
         report.append(row)
