@@ -170,7 +170,7 @@ def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its
 
     narrow = dataclasses.replace(WIDE, key="narrow", architecture={**WIDE.architecture, "hidden_size": 128, "head_dim": 32})
     broken = dataclasses.replace(WIDE, key="broken", architecture={**WIDE.architecture, "hidden_size": 192, "head_dim": 48})
-    record = {"gpu": "cpu", "weights": {"bf16": {"runs": True}, "fp8": {"runs": False, "reason": "no fp8 here"}}}
+    record = {"gpu": "cpu", "weights": {"bf16": {"runs": True}, "fp8": {"runs": True}, "int4-triton": {"runs": False, "reason": "not here"}}}
     shapes = fk.resolve(None, "cpu").as_dict()
     start = fk.resolve(shapes, "cpu").gemv_for("dense", "down", 256)
     better = dataclasses.replace(start, rows=start.rows // 2)
@@ -180,17 +180,25 @@ def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its
             raise RuntimeError("this card's step failed")
         return lambda: 9.5 if net.gemv["down"] == better else 10.0
 
-    logged = []
-    setup_log, setup.log = setup.log, logged.append
+    logged, builds = [], []
+    from decodegap.measure import cards as cards_module
+
+    def counted_build(card, *a, **k):
+        builds.append(card.key)
+        return build_model(card, *a, **k)
+
+    setup_log, setup.log, cards_module.build_model = setup.log, logged.append, counted_build
     try:
         spec, report = setup.refine_fused(record, None, 600, shapes, device="cpu", ctx=20, cards=[WIDE, narrow, broken],
                                           time_ms_for=timer_for)
         assert setup.refine_fused(record, None, 0, shapes, device="cpu", ctx=20, cards=[WIDE]) == (shapes, [])
     finally:
-        setup.log = setup_log
-    assert [(r["model"], r["hidden"], r["quant"]) for r in report] == [("narrow", 128, "bf16"), ("broken", 192, "bf16"),
-                                                                       (WIDE.key, 256, "bf16")]  # fp8 does not run here: no row
-    ok = {r["hidden"]: r for r in report if "error" not in r}
+        setup.log, cards_module.build_model = setup_log, build_model
+    # int4-triton does not run here: no row; each card is built once for its paths
+    assert [(r["model"], r["quant"]) for r in report] == [(m, q) for m in ("narrow", "broken", WIDE.key) for q in ("bf16", "fp8")]
+    assert builds == ["narrow", "broken", WIDE.key]  # the broken card builds; its failure is its step timer's, for both paths
+    ok = {r["hidden"]: r for r in report if "error" not in r and r["quant"] == "bf16"}
+    assert all(r["change"]["gemv_by_hidden"][str(r["hidden"])]["fp8"]["down"] for r in report if "error" not in r and r["quant"] == "fp8")
     assert set(ok) == {128, 256} and "this card's step failed" in next(r["error"] for r in report if r["hidden"] == 192)
     got = fk.resolve(spec, "cpu")
     for width in (128, 256):
