@@ -52,6 +52,8 @@ def test_protocol_defaults_agree_everywhere():
         (lambda c: c["ab"][0].update(mode="eager"), "ab.0.mode"),
         (lambda c: c["stats"].update(confidence=1.5), "stats.confidence"),
         (lambda c: c["protocol"].update(timed_step=3), "timed_step"),
+        (lambda c: c["environment"].update(refine_s=-1), "environment.refine_s"),
+        (lambda c: c["environment"].update(tune=60), "tune"),
     ],
 )
 def test_bad_config_names_the_key(mutate, message):

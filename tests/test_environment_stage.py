@@ -97,6 +97,7 @@ def test_the_workflow_runs_the_stage_first_and_gives_ruled_out_jobs_no_gpu(tmp_p
     config["matrix"].update(gpus=["cpu"], models=["tiny-llama"], ctx=[32], attn=["sdpa-cudnn"], modes=["eager"], sessions=1)
     config["ab"] = []
     config["protocol"].update(warmup_steps=2, timed_steps=40, min_samples=20, min_duration_s=0)
+    config["environment"] = {"tune_s": 7, "refine_s": 11}  # the stage's budgets reach its command (a CPU spends neither)
     root = tmp_path / "ws"
     root.mkdir()
     (root / "config.yaml").write_text(yaml.safe_dump(config))
@@ -109,6 +110,7 @@ def test_the_workflow_runs_the_stage_first_and_gives_ruled_out_jobs_no_gpu(tmp_p
     session = json.loads((root / "results/raw/cpu/tiny-llama/ctx32/sdpa-cudnn_bf16_eager/s00.json").read_text())
     assert session["status"] == "invalid" and session["reasons"][0].startswith("ruled out: attention path sdpa-cudnn")
     log = proc.stdout + proc.stderr
+    assert "--tune-s 7 --refine-s 11" in log[log.index("rule environment:"):log.index("rule measure:")]
     measure_job = log[log.index("rule measure:"):]
     assert "gpu=0" in measure_job.split("\n\n")[0], measure_job[:800]  # the job asked for no GPU
 

@@ -30,10 +30,13 @@ rule environment:
         quant=lambda wildcards: " ".join(PLAN.environment_paths(wildcards.gpu)[1]),
         layouts=lambda wildcards: " ".join(PLAN.environment_layouts(wildcards.gpu)),
         gpu=environment_args,
+        tune_s=PLAN.config["environment"]["tune_s"],
+        refine_s=PLAN.config["environment"]["refine_s"],
         out_dir=paths.ENVIRONMENT_ROOT,
     shell:
         "python -m decodegap.measure.setup --gpu {wildcards.gpu} --attn {params.attn} --quant {params.quant}"
-        " --layouts {params.layouts} {params.gpu} --out-dir {params.out_dir} --receipt {output} > {log} 2>&1"
+        " --layouts {params.layouts} {params.gpu} --tune-s {params.tune_s} --refine-s {params.refine_s}"
+        " --out-dir {params.out_dir} --receipt {output} > {log} 2>&1"
 
 
 rule measure:
