@@ -210,3 +210,51 @@ def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its
     assert any("refine failed: this card's step failed" in m for m in logged)
     fresh = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 64, backend="triton", gemv_configs=spec)
     assert fresh.gemv["down"] == better  # a session given the record's shapes runs the choice
+
+
+def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_levers_for_its_format():
+    """lever_changes: the default table (every lever off, where an H100's stage starts) against the H200's:
+    PDL for every format (refused where the device cannot launch so, as on this CPU), and each format's
+    own levers; a start that has them already is offered nothing."""
+    from decodegap.measure.fused_kernels.tune_step import lever_changes
+
+    h200, default = fk.launch_shapes_for(fk.LEVERS_FROM), fk.launch_shapes_for(None)
+    offered = {fmt: lever_changes(default, h200, fmt, "cpu") for fmt in ("dense", "fp8", "int4")}
+    assert all([n for n, _ in refused] == ["pdl"] and "CUDA GPU" in refused[0][1] for _, refused in offered.values())
+    assert [n for n, _ in offered["dense"][0]] == []  # the bf16 step's only lever the default lacks is PDL
+    assert [n for n, _ in offered["fp8"][0]] == ["x_pairs", "o_pairs"]
+    assert dict(offered["fp8"][0])["o_pairs"] == {"norm": {"fp8": "apart"}, "x_pairs": {"fp8": True}, "o_pairs": {"fp8": True}}
+    assert dict(offered["int4"][0]) == {"x_fp32": {"x_fp32": {"int4": h200.x_fp32["int4"]}},
+                                        "x_pairs": {"norm": {"int4": "apart"}, "x_pairs": {"int4": True}}}
+    assert lever_changes(h200, h200, "int4", "cpu") == ([], [])
+
+
+def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_not_and_the_step_still_computes_the_same():
+    """With levers_from, the int4 step tries x_pairs (with the norm apart it needs; its reads become
+    int4_pairs, with the reference's shapes for them) and x_fp32 before the roles; the timer favours x_pairs and not x_fp32, so only x_pairs
+    is taken, the report and the change name it, PDL is a refused trial here, and the step with the pair
+    reads gives the logits of the step without them."""
+    import torch
+
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 64, backend="triton")
+    start = net.shapes
+    pairs = {role: fk.GemvConfig(4, 256, 4) for role in ("qkv", "o", "gate_up", "down")}
+    reference = start.replace(pdl=True, pdl_prefetch={"int4": 1}, x_pairs={"int4": True}, x_fp32={"int4": [256]}, norm={"int4": "apart"},
+                              gemv={**start.gemv, "int4_pairs": pairs})
+    before = net.decode(*_token()).float()
+
+    def ms():
+        net.decode(*_token())  # the real step: a lever the kernels refuse would raise here
+        return (9.0 if net.shapes.x_pairs_for("int4", 256) else 10.0) + (0.5 if net.shapes.x_fp32_for("int4", 256) else 0.0)
+
+    spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=ms, levers_from=reference,
+                                     log=lambda m: None)
+    assert report["levers"] == ["x_pairs"], report["trials"]
+    assert report["change"]["x_pairs"] == {"int4": True} and report["change"]["norm"] == {"int4": "apart"}
+    assert spec.x_pairs_for("int4", 256) and not spec.x_fp32_for("int4", 256) and not spec.pdl
+    assert net.gemv_read["qkv"] == "int4_pairs" and net.gemv["qkv"] == pairs["qkv"]
+    by_lever = {t["lever"]: t for t in report["trials"] if "lever" in t}
+    assert "CUDA GPU" in by_lever["pdl"]["error"] and by_lever["x_fp32"]["taken"] is False
+    assert report["x_start"] == pytest.approx(10.0 / 9.0)
+    after = net.decode(*_token()).float()
+    assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())

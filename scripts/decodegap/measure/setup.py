@@ -420,7 +420,8 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
     """`shapes` (the launch shapes chosen so far: the table's or the tuner's dict) with each card width's
     GEMV shapes chosen again in the whole captured step (fused_kernels.refine_in_step): the tuner times
     each role alone, and timed alone a role's fastest shape is not its fastest in the step (on the
-    H200 the tuner's choice ran the bf16 steps 0.940-0.978x the table's). One card a width, with the
+    H200 the tuner's choice ran the bf16 steps 0.940-0.978x the table's), after the levers the measured
+    table (fk.LEVERS_FROM, the H200's) has and these shapes lack, each tried in the step. One card a width, with the
     random weights every session builds (a GEMV's speed does not depend on its values), for every
     fused weight path the record says runs, at position `ctx`; the budget is shared out as it goes.
 
@@ -451,6 +452,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
     log(f"fused kernels: refining the GEMV shapes in the whole step for {len(by_width)} card width(s) x "
         f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
     t0, spec, report, built = time.monotonic(), shapes, [], None  # built: (width, model), one card's model for its paths
+    levers_from = fk.launch_shapes_for(fk.LEVERS_FROM)  # its levers, each tried in the step where the start lacks it
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
         row = {"model": card.key, "hidden": width, "quant": quant, "read": REFINE_READS[quant], "ctx": ctx}
@@ -469,9 +471,10 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                 built = (width, model.float() if device == "cpu" else model)  # float32 on the interpreter, as tune_step's tests
             net = FusedModel(built[1], get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
             refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
-                                             time_ms=time_ms_for(net) if time_ms_for else None, log=lambda m: log(f"  {m}"))
+                                             time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
+                                             log=lambda m: log(f"  {m}"))
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
-            row.update({k: got[k] for k in ("chosen", "change", "x_start", "spent_s", "skipped")},
+            row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
                        trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]))
             log(f"  {card.key} {quant}: the chosen shapes ran the step {got['x_start'] or float('nan'):.3f}x the start's speed"
                 + (f"; changed {json.dumps(got['change'])}" if got["change"] else "; the start's shapes kept"))

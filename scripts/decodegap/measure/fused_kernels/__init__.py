@@ -33,7 +33,7 @@ from decodegap.measure.fused_kernels.split_attention import AttentionPlan, atten
 from decodegap.measure.fused_kernels.common import pdl_available, prefetch_programs, prefetch_span, usable_here  # noqa: F401
 from decodegap.measure.fused_kernels.gemv import HeadLayout, WeightOperand, add_norm, gate_up, linear, qkv_rope  # noqa: F401
 from decodegap.measure.fused_kernels.launch import (  # noqa: F401
-    FORMATS, GEMV_CONFIGS, L2_AHEAD_AT, LAUNCH_SHAPES, NORMS, ROLES, AttentionConfig, GemvConfig, LaunchShapes, gpu_key_of, launch_shapes_for,
+    FORMATS, GEMV_CONFIGS, L2_AHEAD_AT, LAUNCH_SHAPES, LEVERS_FROM, NORMS, ROLES, AttentionConfig, GemvConfig, LaunchShapes, gpu_key_of, launch_shapes_for,
     resolve, sm_count_of)
 from decodegap.measure.fused_kernels.tune import tune_launch_shapes  # noqa: F401
 from decodegap.measure.fused_kernels.tune_step import refine_in_step  # noqa: F401

@@ -537,6 +537,12 @@ LAUNCH_SHAPES["cpu"] = LaunchShapes(gemv={fmt: _gemv_table(_CPU) for fmt in FORM
 GEMV_CONFIGS = _gemv_table(_H200_DENSE_PROGRAM)  # the bf16 roles' shapes, as earlier sessions recorded them
 
 
+# The GPU type whose levers (PDL and its prefetch, x_fp32, the pair reads, ...) floor_limit.py measured one by
+# one: a stage's refinement on another GPU type tries each in its own step (tune_step.lever_changes), since
+# the default table has every lever off.
+LEVERS_FROM = "h200"
+
+
 def launch_shapes_for(gpu_key: str | None) -> LaunchShapes:
     """The table's entry for a GPU type (a key of config/gpus.yaml), or the default one."""
     return LAUNCH_SHAPES.get(gpu_key or "default", LAUNCH_SHAPES["default"])

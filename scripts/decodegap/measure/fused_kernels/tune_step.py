@@ -18,6 +18,13 @@ doublings), down (1, 1024) -> (2, 512) (one). Given `candidates`, it tries those
 returns the net's launch shapes with the choice, and a report: the trials, and the change as a
 launch-shapes dict keyed by the card's width (a lever for floor_limit.py).
 
+Given `levers_from` (a GPU type's table whose levers floor_limit.py measured: launch.LEVERS_FROM, the
+H200's), it first times each lever that table has for the net's format and the start lacks, one at a
+time and taken as a shape is: programmatic dependent launch with its prefetch, then the format's norm,
+x_fp32, x_pairs, o_pairs and load_ahead (`lever_changes`). A stage on another GPU type starts from the
+default table, where every lever is off: on an H100 SXM5 (2026-12-05) the fused steps ran without PDL
+and without the pair reads, and a role's shape alone found nothing (every candidate within 0.6 %).
+
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
 
@@ -29,6 +36,7 @@ import time
 
 import torch
 
+from decodegap.measure.fused_kernels.common import pdl_available
 from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes
 
 ROLE_ORDER = ("down", "o", "qkv", "gate_up", "lm_head")  # the roles with the most excess over a read first
@@ -89,6 +97,51 @@ def with_role(shapes: LaunchShapes, hidden: int, read: str, role: str, shape: Ge
     return shapes.replace(gemv_by_hidden=by_hidden)
 
 
+FORMAT_LEVERS = ("norm", "x_fp32", "x_pairs", "o_pairs", "load_ahead")  # per format (load_ahead: per read of it)
+# what a lever is inert without (launch.LaunchShapes.x_pairs_for, o_pairs_for): it comes with its lever
+LEVER_NEEDS = {"x_pairs": ("norm",), "o_pairs": ("norm", "x_pairs")}
+
+
+def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device) -> tuple[list, list]:
+    """The levers `reference` has for weights of format `fmt` ("dense", "fp8", "int4") that `start`
+    lacks, as (name, {field: value for the format}) in the order to try them, and (name, why) for those
+    the device cannot run. "pdl" brings the reference's prefetch for the format, a pair lever the norm
+    and x_pairs it needs (LEVER_NEEDS); a lever whose reads
+    (int4_pairs, fp8_pairs) the start has no shapes for takes the reference's with it (`with_lever`)."""
+    mine = lambda d: {k: v for k, v in d.items() if k.split("_")[0] == fmt}  # noqa: E731 - a format's keys and its reads'
+    out, refused = [], []
+    prefetch = mine(reference.pdl_prefetch)
+    if reference.pdl and not start.pdl:
+        why = pdl_available(device)
+        if why:
+            refused.append(("pdl", why))
+        else:
+            out.append(("pdl", {"pdl": True, "pdl_prefetch": prefetch, "pdl_prefetch_per_sm": reference.pdl_prefetch_per_sm}))
+    elif reference.pdl and start.pdl and prefetch and prefetch != mine(start.pdl_prefetch):
+        out.append(("pdl_prefetch", {"pdl_prefetch": prefetch, "pdl_prefetch_per_sm": reference.pdl_prefetch_per_sm}))
+    for name in FORMAT_LEVERS:
+        theirs, ours = mine(getattr(reference, name)), mine(getattr(start, name))
+        if theirs and theirs != ours:
+            needs = {k: mine(getattr(reference, k)) for k in LEVER_NEEDS.get(name, ()) if mine(getattr(reference, k))}
+            out.append((name, {**needs, name: theirs}))
+    return out, refused
+
+
+def with_lever(shapes: LaunchShapes, change: dict, reference: LaunchShapes) -> LaunchShapes:
+    """`shapes` with a lever of `lever_changes` on: dict fields merged key by key, and the reference's
+    shapes for every read that `shapes` has none of (a pair read's own table comes with its lever)."""
+    fields = {k: ({**getattr(shapes, k), **v} if isinstance(v, dict) else v) for k, v in change.items()}
+    new_reads = set(reference.gemv) - set(shapes.gemv) - {r for fm in shapes.gemv_by_hidden.values() for r in fm}
+    if new_reads:
+        fields["gemv"] = {**shapes.gemv, **{r: reference.gemv[r] for r in new_reads}}
+        by_hidden = {w: dict(fm) for w, fm in shapes.gemv_by_hidden.items()}
+        for w, fm in reference.gemv_by_hidden.items():
+            for r in new_reads & set(fm):
+                by_hidden.setdefault(w, {})[r] = fm[r]
+        fields["gemv_by_hidden"] = by_hidden
+    return shapes.replace(**fields)
+
+
 def compare(net, time_ms, a, b, repeats: int) -> tuple[float, list, list]:
     """a's step time over b's (> 1: b is faster), the medians of `repeats` timings of each, in the order
     a b, b a, a b, ... so that a drift over the comparison favours neither."""
@@ -102,7 +155,7 @@ def compare(net, time_ms, a, b, repeats: int) -> tuple[float, list, list]:
 
 def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_ORDER, budget_s: float = 120.0,
                    min_gain: float = 0.005, repeats: int = 3, climbs: int = 3, n_replays: int = 100, time_ms=None,
-                   log=print) -> tuple[LaunchShapes, dict]:
+                   levers_from: LaunchShapes | None = None, log=print) -> tuple[LaunchShapes, dict]:
     """Each role's GEMV shape chosen in the whole step of `net` (a FusedModel on the Triton backend) at
     position ctx, starting from its current launch shapes. By default each role climbs from its shape
     through `neighbours`, at most `climbs` steps; `candidates` (read -> shapes, GemvConfig or tune.py's
@@ -115,12 +168,40 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     ratio to the current choice, taken or not, or the error), what the budget skipped, the seconds spent,
     the start's and the end's step timed side by side, and `change`: the roles that differ from the
     start, as a launch-shapes dict over the GPU's table (a lever for floor_limit.py, exact when the net
-    started from its GPU's table, as floor_limit's refine part builds it)."""
+    started from its GPU's table, as floor_limit's refine part builds it). `levers_from`: the table whose
+    levers are tried first (module docstring); the report's `levers` names those taken."""
     t0 = time.perf_counter()
     start = net.shapes
-    hidden, reads = net.embed.shape[1], dict(net.gemv_read)
+    hidden, start_reads = net.embed.shape[1], dict(net.gemv_read)
     time_ms = time_ms or step_timer(net, ctx, n_replays)
-    spec, trials, skipped = start, [], []
+    spec, trials, skipped, levers = start, [], [], {}  # levers: name -> its change, those taken
+    changes, refused = lever_changes(start, levers_from, net.kernel_format or "dense", net.device) if levers_from else ([], [])
+    for name, why in refused:
+        trials.append({"lever": name, "error": why})
+        log(f"refine lever {name}: {why}")
+    for name, change in changes:
+        if time.perf_counter() - t0 > budget_s:
+            skipped.append(f"lever {name}")
+            continue
+        trial = with_lever(spec, change, levers_from)
+        try:
+            ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
+            if ratio >= 1 + min_gain:
+                again, _, _ = compare(net, time_ms, spec, trial, repeats)
+        except Exception as exc:  # noqa: BLE001 - a lever the kernels or the GPU refuse is a result, not a stop
+            trials.append({"lever": name, "error": _first_line(exc)})
+            log(f"refine lever {name}: {_first_line(exc)[:120]}")
+            continue
+        taken = ratio >= 1 + min_gain and again >= 1 + min_gain
+        trials.append({"lever": name, "change": change, "x_current": ratio, **({"again": again} if ratio >= 1 + min_gain else {}),
+                       "taken": taken})
+        log(f"refine lever {name}: {ratio:.3f}x the current step" + (f", again {again:.3f}x" if ratio >= 1 + min_gain else "")
+            + (": taken" if taken else ": not taken"))
+        if taken:
+            spec = trial
+            levers[name] = change
+    net.set_launch_shapes(spec)  # a lever taken may change the roles' reads (x_pairs)
+    reads = dict(net.gemv_read)
     for role in roles:
         read, tried = reads[role], set()
         for _ in range(1 if candidates is not None else climbs):
@@ -175,9 +256,12 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     # confirm the choice on another machine, or a line of a GPU type's table
     change = {}
     for role in roles:
-        if spec.gemv_for(reads[role], role, hidden) != start.gemv_for(reads[role], role, hidden):
+        if reads[role] != start_reads[role] or spec.gemv_for(reads[role], role, hidden) != start.gemv_for(reads[role], role, hidden):
             change.setdefault(str(hidden), {}).setdefault(reads[role], {})[role] = chosen[role]
-    report = {"hidden": hidden, "reads": reads, "chosen": chosen, "change": {"gemv_by_hidden": change} if change else {},
+    change = {"gemv_by_hidden": change} if change else {}
+    for lever in levers.values():  # each lever taken, as the launch-shapes dict names its fields
+        change.update(lever)
+    report = {"hidden": hidden, "reads": reads, "chosen": chosen, "change": change, "levers": list(levers),
               "trials": trials, "skipped": skipped,
               "spent_s": time.perf_counter() - t0, "budget_s": budget_s, "min_gain": min_gain, "repeats": repeats,
               "x_start": end_ratio, "start_ms": start_ms, "end_ms": end_ms}
