@@ -2,7 +2,7 @@
 # working tree is replaced by the next call, so sessions are written outside the tree, under
 # /tmp/dg, and packed into $OUT on exit, with one deadline for every batch run of the call.
 #
-#   SHA=<commit> [GPU=h200] [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
+#   SHA=<commit> [GPU=<config/gpus.yaml key>: this device's type] [BUDGET_S=545] [TAILN=4] bash -c '. envs/lent_gpu.sh; stage; B --models ... --sessions 0'
 #
 # - the tree is copied once per machine to /tmp/dgcode and everything runs from there: the stage's
 #   JIT builds and the sessions then name the same source paths (one build per machine), and a
@@ -33,7 +33,10 @@
 # data, never replaced), and the sessions of this machine name it.
 set -u
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
-GPU=${GPU:-h200}; CACHE=$HOME/.cache/decodegap/$GPU  # the GPU type, and the compile caches its stage and sessions share
+# the GPU type: config/gpus.yaml's key for this device's name (a call that asks for one kind may land on
+# another: an H200 call ran on an H100 on 2026-12-05); an unknown device stops the call, naming it
+GPU=${GPU:-$(PYTHONPATH=scripts python3 -m decodegap.core.config gpu-key "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)")} || exit 3
+CACHE=$HOME/.cache/decodegap/$GPU  # the compile caches its stage and sessions share
 TREE=$PWD  # this call's tree: its carried wheels
 if [ "$PWD" != /tmp/dgcode ]; then
   [ -d /tmp/dgcode ] || { mkdir -p /tmp/dgcode && cp -a . /tmp/dgcode/ && echo "$SHA" > /tmp/dgcode/.sha; }

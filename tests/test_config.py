@@ -123,3 +123,17 @@ def test_display_names_are_capped_and_ctx_must_fit_the_card(tmp_path):
     cfg["matrix"]["ctx"] = [131072]  # the card's positions, with no room for the steps a session decodes
     with pytest.raises(ConfigError, match=r"cell h200/qwen2\.5-7b/ctx131072/sdpa_bf16_eager: ctx 131072 \(\+\d+ decode positions\) is beyond"):
         Plan(cfg, root=REPO)
+
+
+def test_a_device_name_gives_its_gpu_type_and_an_unknown_one_a_clear_error(capsys):
+    """envs/lent_gpu.sh asks `python -m decodegap.core.config gpu-key` for the type of the device a call
+    landed on (a call for an H200 may get an H100): the longest device_name_match wins, and a device no
+    entry matches exits 2 naming it, not a session filed under the wrong GPU type."""
+    from decodegap.core.config import gpu_key_of_name, main_gpu_key
+
+    assert gpu_key_of_name("NVIDIA H100 80GB HBM3") == "h100-sxm5" and gpu_key_of_name("NVIDIA H200") == "h200"
+    assert gpu_key_of_name("NVIDIA L40S") == "l40s" and gpu_key_of_name("NVIDIA L4") == "l4"  # "L4" is in "L40S": the longer match
+    assert gpu_key_of_name("NVIDIA B200") is None
+    assert main_gpu_key(["gpu-key", "NVIDIA H100 80GB HBM3"]) == 0 and capsys.readouterr().out.strip() == "h100-sxm5"
+    assert main_gpu_key(["gpu-key", "NVIDIA B200"]) == 2 and "'NVIDIA B200'" in capsys.readouterr().err
+    assert main_gpu_key([]) == 2 and "usage" in capsys.readouterr().err

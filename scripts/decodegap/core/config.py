@@ -141,6 +141,32 @@ def load_gpus(path: str | Path = GPUS_YAML, overrides: Mapping[str, Any] | None 
     return {key: GpuSpec.from_dict(key, entry, path) for key, entry in merged.items()}
 
 
+def gpu_key_of_name(device_name: str, gpus: Mapping[str, "GpuSpec"] | None = None) -> str | None:
+    """The GPU type (a key of config/gpus.yaml) whose `device_name_match` the device's name contains,
+    the longest match ("L40S" is not an "L4"); None for a device the table does not know."""
+    name = device_name.lower()
+    matches = [(len(g.device_name_match), key) for key, g in (gpus if gpus is not None else load_gpus()).items()
+               if g.device_name_match and g.device_name_match.lower() in name]
+    return max(matches)[1] if matches else None
+
+
+def main_gpu_key(argv=None) -> int:
+    """`python -m decodegap.core.config gpu-key NAME`: the GPU type of a device name (envs/lent_gpu.sh
+    asks it of nvidia-smi's name), or exit 2 naming the device the table does not know."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "gpu-key":
+        print("usage: python -m decodegap.core.config gpu-key DEVICE_NAME", file=sys.stderr)
+        return 2
+    key = gpu_key_of_name(args[1])
+    if key is None:
+        print(f"error: no GPU type in {GPUS_YAML} has a device_name_match that {args[1]!r} contains; add one there", file=sys.stderr)
+        return 2
+    print(key)
+    return 0
+
+
 def load_models(path: str | Path = MODELS_YAML) -> dict[str, "ModelCard"]:
     table = load_yaml(path) or {}
     if not isinstance(table, Mapping):
@@ -268,3 +294,7 @@ class ModelCard:
         """K and V of one token across all layers, as the KV cache stores them."""
         a = self.architecture
         return 2 * a["num_hidden_layers"] * a["num_key_value_heads"] * a["head_dim"] * dtype_bytes
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_gpu_key())

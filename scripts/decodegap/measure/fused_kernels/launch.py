@@ -558,12 +558,9 @@ def gpu_key_of(device) -> str | None:
         return "cpu"  # config/gpus.yaml's stand-in for tests: the interpreter's shapes
     if device.type != "cuda":
         return None
-    from decodegap.core.config import load_gpus
+    from decodegap.core.config import gpu_key_of_name
 
-    name = torch.cuda.get_device_name(device).lower()
-    matches = [(len(g.device_name_match), key) for key, g in load_gpus().items()
-               if g.device_name_match and g.device_name_match.lower() in name]
-    return max(matches)[1] if matches else None
+    return gpu_key_of_name(torch.cuda.get_device_name(device))
 
 
 def sm_count_of(device) -> int:
