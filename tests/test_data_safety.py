@@ -169,16 +169,19 @@ def test_no_snakemake_flag_touches_a_recorded_session_or_environment_record(buil
 
 def test_a_fresh_clone_plans_exactly_the_missing_sessions(tmp_path):
     """measure=true on a fresh clone (every file's mtime new): a job per missing session, the stage
-    only for GPU types without any record, never for the H200 whose record is committed."""
+    only for GPU types without any record, never for those whose record is committed (the H200's, the
+    H100's)."""
     root = clone(tmp_path)
     proc = snakemake(root, "-n", "--config", "measure=true", "--", "report/paper_tables.tex")
     assert proc.returncode == 0, out(proc)[-2000:]
     text = out(proc)
-    stages = sorted(line.split("/")[-1] for line in text.splitlines() if line.strip().startswith("output: results/receipts/environment/"))
-    assert stages == ["a100-80gb-sxm4.json", "h100-sxm5.json", "l4.json", "l40s.json"]
     from decodegap.core.cells import Plan
 
     plan = Plan(yaml.safe_load((root / "config/config.yaml").read_text()) | {"measure": True}, root=root)
+    staged = {p.name.split("@")[0] for p in (root / "results/environment").glob("*@*.json")}
+    assert {"h200", "h100-sxm5"} <= staged
+    stages = sorted(line.split("/")[-1] for line in text.splitlines() if line.strip().startswith("output: results/receipts/environment/"))
+    assert stages == sorted(f"{g}.json" for g in {c.gpu for c in plan.cells()} - staged) == ["a100-80gb-sxm4.json", "l4.json", "l40s.json"]
     missing = sorted(r for c in plan.cells() for r in plan.receipts(c))
     planned = sorted(line.split("output: ")[1] for line in text.splitlines() if line.strip().startswith("output: results/receipts/h")
                      or line.strip().startswith("output: results/receipts/a") or line.strip().startswith("output: results/receipts/l"))
