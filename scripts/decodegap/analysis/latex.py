@@ -63,7 +63,17 @@ _SPECIAL = {
 _SPECIAL_RE = re.compile("|".join(re.escape(c) for c in _SPECIAL))
 KEY_RE = re.compile(r"^[A-Za-z0-9._:/@+\-]+$")  # no character LaTeX would act on inside an argument
 
-PREAMBLE_MACROS = r"\providecommand{\dgnum}[2]{#2}% #1: provenance key (see report/provenance.json)"
+# Both generated documents (paper.tex, paper_tables.tex) render these into their preamble.
+# \dgfloatbarrier is placeins' \FloatBarrier without the package: a new page only where floats
+# still wait, so a section or table file never starts behind them (LaTeX holds at most 18 unplaced
+# floats, and the floor and gap tables alone fill a dozen float pages).
+PREAMBLE_MACROS = "\n".join([
+    r"\providecommand{\dgnum}[2]{#2}% #1: provenance key (see report/provenance.json)",
+    r"\makeatletter",
+    r"\providecommand{\dgfloatbarrier}{\par\begingroup\let\@elt\relax\edef\@tempa{\@botlist\@deferlist\@dbldeferlist}%",
+    r"  \ifx\@tempa\@empty\else\clearpage\fi\endgroup}",
+    r"\makeatother",
+])
 
 
 # Rule 3: letters without a canonical decomposition.
