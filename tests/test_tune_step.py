@@ -212,6 +212,39 @@ def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its
     assert fresh.gemv["down"] == better  # a session given the record's shapes runs the choice
 
 
+@pytest.mark.parametrize("narrow_ms_with_pairs", [11.0, 9.0])
+def test_a_lever_one_card_widths_step_did_not_take_is_not_switched_on_for_it_by_another(narrow_ms_with_pairs):
+    """setup.refine_fused: a lever is one setting for every width of its format, so the pair reads that
+    the narrow card's fp8 step did not take (slower there) are not tried in the wide card's step (faster
+    there): the record's shapes leave them off for both, and the wide row says why. Where the narrow
+    step takes them, every width gets them."""
+    from decodegap.measure import setup
+
+    narrow = dataclasses.replace(WIDE, key="narrow", architecture={**WIDE.architecture, "hidden_size": 128, "head_dim": 32})
+    record = {"gpu": "cpu", "weights": {"fp8": {"runs": True}}}
+
+    def timer_for(net):
+        width = net.embed.shape[1]
+        with_pairs = narrow_ms_with_pairs if width == 128 else 9.0
+        return lambda: with_pairs if net.shapes.x_pairs_for("fp8", width) else 10.0
+
+    setup_log, setup.log = setup.log, lambda m: None
+    try:
+        spec, report = setup.refine_fused(record, None, 600, fk.resolve(None, "cpu").as_dict(), device="cpu", ctx=20,
+                                          cards=[WIDE, narrow], time_ms_for=timer_for)
+    finally:
+        setup.log = setup_log
+    rows = {r["hidden"]: r for r in report}
+    got = fk.resolve(spec, "cpu")
+    if narrow_ms_with_pairs > 10.0:
+        assert rows[128]["levers"] == [] and rows[256]["levers"] == []
+        assert {"x_pairs", "o_pairs"} <= set(rows[256]["not_tried"])
+        assert not got.x_pairs_for("fp8", 128) and not got.x_pairs_for("fp8", 256)
+    else:
+        assert "x_pairs" in rows[128]["levers"] and "x_pairs" not in rows[256]["not_tried"]
+        assert got.x_pairs_for("fp8", 128) and got.x_pairs_for("fp8", 256)
+
+
 def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_levers_for_its_format():
     """lever_changes: the default table (every lever off, where an H100's stage starts) against the H200's:
     PDL for every format (refused where the device cannot launch so, as on this CPU), and each format's

@@ -413,6 +413,7 @@ def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
 
 REFINE_CTX = 2048  # the context the stage refines at: the matrix's smallest, where the GEMVs are most of the step
 REFINE_READS = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight paths whose step the fused kernels run
+GLOBAL_LEVERS = ("pdl", "pdl_prefetch")  # one setting for every format (the others: one for every width of a format)
 
 
 def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, device: str = "cuda", ctx: int = REFINE_CTX,
@@ -453,6 +454,11 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
         f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
     t0, spec, report, built = time.monotonic(), shapes, [], None  # built: (width, model), one card's model for its paths
     levers_from = fk.launch_shapes_for(fk.LEVERS_FROM)  # its levers, each tried in the step where the start lacks it
+    # A lever is one setting for every card width (pdl for every format too): one card's step taking it
+    # would switch it on in the steps of the cards before, which tried it and did not take it (on the
+    # H100 2026-12-05 the 4096-wide bf16 step took PDL, which Qwen-2.5-7B's steps had not: they ran with
+    # it). So a lever an earlier card's step did not take is not tried again where it would reach that step.
+    declined = {}  # (lever, format or "*": every format) -> why
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
         row = {"model": card.key, "hidden": width, "quant": quant, "read": REFINE_READS[quant], "ctx": ctx}
@@ -470,11 +476,17 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                 model = build_model(card, device, "sdpa", 0)
                 built = (width, model.float() if device == "cpu" else model)  # float32 on the interpreter, as tune_step's tests
             net = FusedModel(built[1], get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
+            fmt = REFINE_READS[quant]
+            not_tried = {lever: why for (lever, scope), why in declined.items() if scope in ("*", fmt)}
             refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
                                              time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
-                                             log=lambda m: log(f"  {m}"))
+                                             not_tried=not_tried, log=lambda m: log(f"  {m}"))
+            for t in got["trials"]:
+                if "lever" in t and "x_current" in t and not t["taken"]:
+                    scope = "*" if t["lever"] in GLOBAL_LEVERS else fmt
+                    declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
-            row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
+            row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")}, not_tried=sorted(not_tried),
                        trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]))
             log(f"  {card.key} {quant}: the chosen shapes ran the step {got['x_start'] or float('nan'):.3f}x the start's speed"
                 + (f"; changed {json.dumps(got['change'])}" if got["change"] else "; the start's shapes kept"))

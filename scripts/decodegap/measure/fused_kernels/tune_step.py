@@ -155,7 +155,8 @@ def compare(net, time_ms, a, b, repeats: int) -> tuple[float, list, list]:
 
 def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_ORDER, budget_s: float = 120.0,
                    min_gain: float = 0.005, repeats: int = 3, climbs: int = 3, n_replays: int = 100, time_ms=None,
-                   levers_from: LaunchShapes | None = None, log=print) -> tuple[LaunchShapes, dict]:
+                   levers_from: LaunchShapes | None = None, not_tried: dict | None = None,
+                   log=print) -> tuple[LaunchShapes, dict]:
     """Each role's GEMV shape chosen in the whole step of `net` (a FusedModel on the Triton backend) at
     position ctx, starting from its current launch shapes. By default each role climbs from its shape
     through `neighbours`, at most `climbs` steps; `candidates` (read -> shapes, GemvConfig or tune.py's
@@ -169,7 +170,9 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     the start's and the end's step timed side by side, and `change`: the roles that differ from the
     start, as a launch-shapes dict over the GPU's table (a lever for floor_limit.py, exact when the net
     started from its GPU's table, as floor_limit's refine part builds it). `levers_from`: the table whose
-    levers are tried first (module docstring); the report's `levers` names those taken."""
+    levers are tried first (module docstring); the report's `levers` names those taken. `not_tried`
+    (lever name -> why) leaves levers out, each a trial with its reason (setup.refine_fused: a lever
+    that another card's step did not take)."""
     t0 = time.perf_counter()
     start = net.shapes
     hidden, start_reads = net.embed.shape[1], dict(net.gemv_read)
@@ -180,6 +183,10 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
         trials.append({"lever": name, "error": why})
         log(f"refine lever {name}: {why}")
     for name, change in changes:
+        if name in (not_tried or {}):
+            trials.append({"lever": name, "not_tried": not_tried[name]})
+            log(f"refine lever {name}: not tried ({not_tried[name]})")
+            continue
         if time.perf_counter() - t0 > budget_s:
             skipped.append(f"lever {name}")
             continue
