@@ -16,7 +16,9 @@
 #   in the first call that ends after it;
 # - `stage` writes this machine's environment record, results/environment/<gpu>@<UTC time>.json (the
 #   attention paths ATTN_PATHS, the weight paths QUANT_PATHS, the cards' head layouts; the fused step's
-#   launch shapes tuned in TUNE_S seconds, 0: the table, then refined in the whole step in REFINE_S), unless this
+#   launch shapes tuned in TUNE_S seconds, 0: the table, then refined in the whole step in REFINE_S; or with
+#   SHAPES_FROM=results/environment/<record>.json another machine's choice, so that a cell's sessions on
+#   several machines run one set of shapes), unless this
 #   machine has staged already; `B ...` runs `python -m decodegap.measure.batch` with the shared
 #   deadline and that record.
 #
@@ -79,7 +81,7 @@ stage() {
   t=$(date +%s)
   python3 -m decodegap.measure.setup --gpu $GPU --cache-dir $CACHE --attn ${ATTN_PATHS:-sdpa sdpa-flash sdpa-cudnn sdpa-efficient sdpa-math flex fa2 fa3 flashinfer fa4} \
     --quant ${QUANT_PATHS:-bf16 bnb-nf4 awq-marlin gptq-exllamav2 int4-tinygemm gemlite} --layouts 28/4/128 32/8/128 \
-    --tune-s ${TUNE_S:-120} --refine-s ${REFINE_S:-0} --out-dir /tmp/dg/results/environment --receipt /tmp/dg/stage-receipt.json > /tmp/dg/logs/stage.log 2>&1; rc=$?
+    --tune-s ${TUNE_S:-120} --refine-s ${REFINE_S:-0} ${SHAPES_FROM:+--shapes-from $SHAPES_FROM} --out-dir /tmp/dg/results/environment --receipt /tmp/dg/stage-receipt.json > /tmp/dg/logs/stage.log 2>&1; rc=$?
   echo "stage rc $rc in $(( $(date +%s) - t )) s"
   grep -E "cannot run|error|checking|wrote" /tmp/dg/logs/stage.log | cut -c1-220; [ -f /tmp/dg/stage-receipt.json ] || exit 3
   ENV=$(python3 -c 'import json; print(json.load(open("/tmp/dg/stage-receipt.json"))["record"])'); echo "$ENV" > /tmp/dg/.staged

@@ -198,3 +198,36 @@ def test_a_gpu_type_the_user_defines_in_the_config_is_known_to_the_stage(tmp_pat
     assert setup.main(argv) == 2 and not out.exists()  # unknown without the spec
     assert setup.main([*argv, "--gpu-spec", json.dumps(spec)]) == 0
     assert setup.read_record(out)["gpu"] == "cpu-as-l4"
+
+
+def test_a_stage_can_take_another_machines_launch_shapes_and_refuses_a_record_that_cannot_give_them(tmp_path, cpu_record, capsys):
+    """--shapes-from: the new record runs the earlier record's launch shapes (a cell's sessions on two
+    machines then share them) and names that record by path and sha256; a missing file, a record of
+    another GPU type, one without shapes and one whose shapes do not parse are refused naming the file,
+    and no record is written."""
+    from decodegap.core.sources import sha256_file
+    from decodegap.measure import fused_kernels as fk
+
+    earlier = json.loads(cpu_record.read_text())
+    shapes = fk.resolve(None, "cpu").as_dict()
+    shapes["gemv"]["dense"]["down"] = {"rows": 2, "block_k": 64, "warps": 4, "x_tile": True}  # not the table's
+    source = tmp_path / "cpu@earlier.json"
+    source.write_text(json.dumps(dict(earlier, launch_shapes=shapes)))
+    argv = ["--gpu", "cpu", "--attn", "sdpa", "--quant", "bf16", "--cache-dir", str(tmp_path / "cache")]
+    out = tmp_path / "new.json"
+    assert setup.main([*argv, "--out", str(out), "--shapes-from", str(source)]) == 0
+    got = json.loads(out.read_text())
+    assert got["launch_shapes_from"] == {"record": source.as_posix(), "sha256": sha256_file(source)}
+    assert fk.resolve(got["launch_shapes"], "cpu").gemv_for("dense", "down", 256) == fk.GemvConfig(2, 64, 4, True)
+    assert "taken from cpu@earlier.json" in got["launch_shapes"]["source"]
+
+    bad = {"missing": None, "other type": dict(earlier, gpu="h200", launch_shapes=shapes),
+           "no shapes": dict(earlier, launch_shapes=None), "broken shapes": dict(earlier, launch_shapes={"gemv": {"dense": {"down": {"rows": 0}}}})}
+    for name, content in bad.items():
+        path = tmp_path / f"{name}.json"
+        if content is not None:
+            path.write_text(json.dumps(content))
+        target = tmp_path / f"out {name}.json"
+        capsys.readouterr()
+        assert setup.main([*argv, "--out", str(target), "--shapes-from", str(path)]) == 2, name
+        assert not target.exists() and str(path) in capsys.readouterr().err, name

@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from decodegap.core.config import REPO_ROOT
-from decodegap.core.errors import SessionExists
+from decodegap.core.errors import DecodegapError, SessionExists
 from decodegap.core.paths import ENVIRONMENT_STAMPED, RECEIPT_SCHEMA
 from decodegap.measure.failures import EXIT_BAD_INPUT, EXIT_EXISTS, EXIT_RECORDED, EXIT_UNEXPECTED, unsupported
 
@@ -411,6 +411,42 @@ def tune_fused(record: dict, layouts, budget_s: float) -> dict | None:
     return tune_launch_shapes("cuda", cards, budget_s, log=log)
 
 
+def shapes_from(record: dict, path: str | Path) -> tuple[dict, dict]:
+    """The launch shapes an earlier environment record of this GPU type chose (another machine's stage:
+    tuned and refined there), for this machine's sessions, so that a cell's sessions on several machines
+    run one set of shapes, as a cluster's GPU type does from its one record: an interval over machines
+    then measures the machines, not the stages' choices. Returns (shapes, where they came from: the
+    record's path and sha256). Refused, naming the file: a record that is missing or not JSON, of another
+    GPU type, without launch shapes (a CPU's), whose shapes do not parse, or whose multiprocessor count
+    is not this device's (attention's split is made for it)."""
+    from decodegap.core.sources import sha256_file
+    from decodegap.measure.fused_kernels import resolve
+
+    path = Path(path)
+    try:
+        theirs = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DecodegapError(f"--shapes-from {path}: not a readable environment record ({exc})") from None
+    if not isinstance(theirs, dict) or theirs.get("gpu") != record["gpu"]:
+        got = theirs.get("gpu") if isinstance(theirs, dict) else None
+        raise DecodegapError(f"--shapes-from {path}: a record of GPU type {got!r}, not {record['gpu']!r}: "
+                             "launch shapes are chosen per GPU type")
+    shapes = theirs.get("launch_shapes")
+    if not isinstance(shapes, dict):
+        raise DecodegapError(f"--shapes-from {path}: the record has no launch shapes (its stage ran on a CPU)")
+    try:
+        resolve(shapes, record["device"])
+    except ValueError as exc:
+        raise DecodegapError(f"--shapes-from {path}: its launch shapes do not parse: {exc}") from None
+    mine = (record.get("gpu_device") or {}).get("multiprocessors")
+    if record["device"] == "cuda" and shapes.get("sm_count") not in (None, mine):
+        raise DecodegapError(f"--shapes-from {path}: its shapes were chosen for {shapes['sm_count']} multiprocessors, "
+                             f"this device has {mine}")
+    sha = sha256_file(path)
+    where = {"record": path.as_posix(), "sha256": sha}
+    return dict(shapes, source=f"{shapes.get('source') or 'given'}; taken from {path.name} (sha256 {sha[:12]}) by the stage"), where
+
+
 REFINE_CTX = 2048  # the context the stage refines at: the matrix's smallest, where the GEMVs are most of the step
 REFINE_READS = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight paths whose step the fused kernels run
 GLOBAL_LEVERS = ("pdl", "pdl_prefetch")  # one setting for every format (the others: one for every width of a format)
@@ -552,13 +588,18 @@ def main(argv=None) -> int:
     p.add_argument("--tune-s", type=float, default=120.0,
                    help="seconds for choosing the fused kernels' launch shapes on this GPU type at the cards' shapes, recorded for its "
                         "sessions (0: the kernels' own table; a CPU never tunes; default: %(default)s)")
+    p.add_argument("--shapes-from", default=None, metavar="RECORD",
+                   help="take the fused step's launch shapes from an earlier environment record of this GPU type (another machine's "
+                        "stage) instead of choosing them here (--tune-s is then not used; --refine-s still refines from them): "
+                        "a cell's sessions on several machines then run one set of shapes")
     p.add_argument("--refine-s", type=float, default=0.0,
                    help="seconds for choosing each card width's GEMV shapes again in the whole captured step, after --tune-s's "
                         "per-role choice or the table (fused_kernels.refine_in_step; every fused weight path that runs; "
                         "default: %(default)s, off)")
     args = p.parse_args(argv)
-    from decodegap.core.errors import DecodegapError
-
+    if args.shapes_from and not Path(args.shapes_from).is_file():  # before any device time
+        log(f"error: --shapes-from {args.shapes_from}: no such environment record")
+        return EXIT_BAD_INPUT
     target = Path(args.out) if args.out else None
     if target is not None and target.exists():  # before any device time
         log(f"refused: {target}: an environment record is already there; records are never replaced (use --out-dir)")
@@ -567,7 +608,10 @@ def main(argv=None) -> int:
     os.environ.update(environment_variables(cache_dir))  # before torch loads: its compilers read them once
     try:
         record = build_record(args.gpu, args.attn, args.quant, cache_dir, args.gpus, args.gpu_spec, args.layouts)
-        record["launch_shapes"] = tune_fused(record, args.layouts, args.tune_s)
+        if args.shapes_from:
+            record["launch_shapes"], record["launch_shapes_from"] = shapes_from(record, args.shapes_from)
+        else:
+            record["launch_shapes"] = tune_fused(record, args.layouts, args.tune_s)
         if args.refine_s > 0 and record["device"] == "cuda":  # a CPU never refines, as it never tunes
             record["launch_shapes"], record["launch_shapes_refine"] = refine_fused(record, args.layouts, args.refine_s,
                                                                                    record["launch_shapes"])

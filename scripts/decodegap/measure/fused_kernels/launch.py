@@ -582,6 +582,12 @@ def _gemv_from_json(table: dict, where: str) -> dict:
         if isinstance(shape, dict) and set(shape) - set(known):
             raise ValueError(f"{where}: role {role}: unknown key(s) {', '.join(sorted(set(shape) - set(known)))}; "
                              f"a GEMV shape has {', '.join(known)}")
+        required = [f.name for f in dataclasses.fields(GemvConfig) if f.default is dataclasses.MISSING]
+        if isinstance(shape, dict) and set(required) - set(shape):
+            raise ValueError(f"{where}: role {role}: missing key(s) {', '.join(k for k in required if k not in shape)}; "
+                             f"a GEMV shape needs {', '.join(required)}")
+        if not isinstance(shape, (dict, GemvConfig)):
+            raise ValueError(f"{where}: role {role}: a GEMV shape is a mapping of {', '.join(known)}, not {shape!r}")
         out[role] = shape if isinstance(shape, GemvConfig) else GemvConfig(**shape)
     return out
 
