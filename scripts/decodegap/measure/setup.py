@@ -423,13 +423,9 @@ def shapes_from(record: dict, path: str | Path) -> tuple[dict, dict]:
     from decodegap.measure.fused_kernels import resolve
 
     path = Path(path)
-    try:
-        theirs = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise DecodegapError(f"--shapes-from {path}: not a readable environment record ({exc})") from None
-    if not isinstance(theirs, dict) or theirs.get("gpu") != record["gpu"]:
-        got = theirs.get("gpu") if isinstance(theirs, dict) else None
-        raise DecodegapError(f"--shapes-from {path}: a record of GPU type {got!r}, not {record['gpu']!r}: "
+    theirs = read_record(path)  # a ConfigError naming the file where it is not an environment record
+    if theirs["gpu"] != record["gpu"]:
+        raise DecodegapError(f"--shapes-from {path}: a record of GPU type {theirs['gpu']!r}, not {record['gpu']!r}: "
                              "launch shapes are chosen per GPU type")
     shapes = theirs.get("launch_shapes")
     if not isinstance(shapes, dict):
@@ -449,7 +445,6 @@ def shapes_from(record: dict, path: str | Path) -> tuple[dict, dict]:
 
 REFINE_CTX = 2048  # the context the stage refines at: the matrix's smallest, where the GEMVs are most of the step
 REFINE_READS = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight paths whose step the fused kernels run
-GLOBAL_LEVERS = ("pdl", "pdl_prefetch")  # one setting for every format (the others: one for every width of a format)
 
 
 def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, device: str = "cuda", ctx: int = REFINE_CTX,
@@ -471,6 +466,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
 
     from decodegap.core.config import load_models
     from decodegap.measure import fused_kernels as fk
+    from decodegap.measure.fused_kernels.tune_step import FORMAT_LEVERS
     from decodegap.measure.cards import build_model
     from decodegap.measure.fused import FusedModel
     from decodegap.measure.weights import get_weight_path
@@ -519,7 +515,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
             for t in got["trials"]:
                 if "lever" in t and "x_current" in t and not t["taken"]:
-                    scope = "*" if t["lever"] in GLOBAL_LEVERS else fmt
+                    scope = fmt if t["lever"] in FORMAT_LEVERS else "*"  # pdl and its prefetch: every format
                     declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
             row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")}, not_tried=sorted(not_tried),
