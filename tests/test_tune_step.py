@@ -212,16 +212,23 @@ def test_the_stage_refines_each_card_width_for_each_fused_path_that_runs_and_its
     assert fresh.gemv["down"] == better  # a session given the record's shapes runs the choice
 
 
+@pytest.mark.parametrize("norm_apart_at_start", [True, False])
 @pytest.mark.parametrize("narrow_ms_with_pairs", [11.0, 9.0])
-def test_a_lever_one_card_widths_step_did_not_take_is_not_switched_on_for_it_by_another(narrow_ms_with_pairs):
-    """setup.refine_fused: a lever is one setting for every width of its format, so the pair reads that
-    the narrow card's fp8 step did not take (slower there) are not tried in the wide card's step (faster
-    there): the record's shapes leave them off for both, and the wide row says why. Where the narrow
-    step takes them, every width gets them."""
+def test_each_card_width_decides_its_own_pair_reads_and_a_lever_one_width_declined_does_not_reach_it_from_another(
+        narrow_ms_with_pairs, norm_apart_at_start):
+    """setup.refine_fused with two card widths whose fp8 steps disagree on the pair reads (the wide one
+    is faster with them, the narrow one here faster or slower). The pair reads are a lever per card width,
+    so each width's step decides them for itself: the record's shapes have them exactly where that
+    width's trial took them. Where the start lacks the norm apart that they need, the norm is one setting
+    for every width: a narrow step that declined the pair reads with it keeps the wide step from trying
+    them (it would switch the norm on for the narrow step too), and the wide row says why."""
     from decodegap.measure import setup
 
     narrow = dataclasses.replace(WIDE, key="narrow", architecture={**WIDE.architecture, "hidden_size": 128, "head_dim": 32})
     record = {"gpu": "cpu", "weights": {"fp8": {"runs": True}}}
+    start = fk.resolve(None, "cpu")
+    if norm_apart_at_start:  # as the default table a stage on a GPU type without a measured one starts from
+        start = start.replace(norm={"fp8": "apart"})
 
     def timer_for(net):
         width = net.embed.shape[1]
@@ -230,19 +237,19 @@ def test_a_lever_one_card_widths_step_did_not_take_is_not_switched_on_for_it_by_
 
     setup_log, setup.log = setup.log, lambda m: None
     try:
-        spec, report = setup.refine_fused(record, None, 600, fk.resolve(None, "cpu").as_dict(), device="cpu", ctx=20,
+        spec, report = setup.refine_fused(record, None, 600, start.as_dict(), device="cpu", ctx=20,
                                           cards=[WIDE, narrow], time_ms_for=timer_for)
     finally:
         setup.log = setup_log
     rows = {r["hidden"]: r for r in report}
     got = fk.resolve(spec, "cpu")
-    if narrow_ms_with_pairs > 10.0:
-        assert rows[128]["levers"] == [] and rows[256]["levers"] == []
-        assert {"x_pairs", "o_pairs"} <= set(rows[256]["not_tried"])
-        assert not got.x_pairs_for("fp8", 128) and not got.x_pairs_for("fp8", 256)
-    else:
-        assert "x_pairs" in rows[128]["levers"] and "x_pairs" not in rows[256]["not_tried"]
-        assert got.x_pairs_for("fp8", 128) and got.x_pairs_for("fp8", 256)
+    narrow_takes = narrow_ms_with_pairs < 10.0
+    assert ("x_pairs" in rows[128]["levers"]) == narrow_takes == got.x_pairs_for("fp8", 128)
+    blocked = not narrow_takes and not norm_apart_at_start
+    assert ("x_pairs" in rows[256]["levers"]) == (not blocked) == got.x_pairs_for("fp8", 256)
+    assert ({"x_pairs", "o_pairs"} <= set(rows[256]["not_tried"])) == blocked
+    if not blocked:  # the wide card's own width, beside the narrow one's where that took them
+        assert got.x_pairs["fp8"] == ([128, 256] if narrow_takes else [256])
 
 
 def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_levers_for_its_format():
@@ -260,6 +267,17 @@ def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_leve
     assert dict(offered["int4"][0]) == {"x_fp32": {"x_fp32": {"int4": h200.x_fp32["int4"]}},
                                         "x_pairs": {"norm": {"int4": "apart"}, "x_pairs": {"int4": True}}}
     assert lever_changes(h200, h200, "int4", "cpu") == ([], [])
+    # given a card's width, a width lever is offered for that width alone, whatever widths the reference
+    # had it for (the H200 took x_fp32 for 4096 only), keeping the widths the start already has it for
+    narrow = dict(lever_changes(default, h200, "int4", "cpu", 3584)[0])
+    # (the norm apart that the pair reads need comes with them only where the start lacks it: the default has it)
+    assert narrow == {"x_fp32": {"x_fp32": {"int4": [3584]}}, "x_pairs": {"x_pairs": {"int4": [3584]}}}
+    has_narrow = default.replace(x_pairs={"int4": [3584]})
+    assert "x_pairs" not in dict(lever_changes(has_narrow, h200, "int4", "cpu", 3584)[0])
+    assert dict(lever_changes(has_narrow, h200, "int4", "cpu", 4096)[0])["x_pairs"]["x_pairs"] == {"int4": [3584, 4096]}
+    assert dict(lever_changes(default, h200, "fp8", "cpu", 4096)[0])["o_pairs"] == {"x_pairs": {"fp8": [4096]}, "o_pairs": {"fp8": [4096]}}
+    apart_off = default.replace(norm={})
+    assert dict(lever_changes(apart_off, h200, "fp8", "cpu", 4096)[0])["x_pairs"] == {"norm": {"fp8": "apart"}, "x_pairs": {"fp8": [4096]}}
 
 
 def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_not_and_the_step_still_computes_the_same():
@@ -283,7 +301,8 @@ def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_
     spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=ms, levers_from=reference,
                                      log=lambda m: None)
     assert report["levers"] == ["x_pairs"], report["trials"]
-    assert report["change"]["x_pairs"] == {"int4": True} and report["change"]["norm"] == {"int4": "apart"}
+    # for this card's width alone (lever_changes given the width), with the format's norm that it needs
+    assert report["change"]["x_pairs"] == {"int4": [256]} and report["change"]["norm"] == {"int4": "apart"}
     assert spec.x_pairs_for("int4", 256) and not spec.x_fp32_for("int4", 256) and not spec.pdl
     assert net.gemv_read["qkv"] == "int4_pairs" and net.gemv["qkv"] == pairs["qkv"]
     by_lever = {t["lever"]: t for t in report["trials"] if "lever" in t}

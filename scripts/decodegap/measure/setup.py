@@ -466,7 +466,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
 
     from decodegap.core.config import load_models
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune_step import FORMAT_LEVERS
+    from decodegap.measure.fused_kernels.tune_step import FORMAT_LEVERS, reaches_other_widths
     from decodegap.measure.cards import build_model
     from decodegap.measure.fused import FusedModel
     from decodegap.measure.weights import get_weight_path
@@ -486,10 +486,12 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
         f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
     t0, spec, report, built = time.monotonic(), shapes, [], None  # built: (width, model), one card's model for its paths
     levers_from = fk.launch_shapes_for(fk.LEVERS_FROM)  # its levers, each tried in the step where the start lacks it
-    # A lever is one setting for every card width (pdl for every format too): one card's step taking it
-    # would switch it on in the steps of the cards before, which tried it and did not take it (on the
-    # H100 2026-12-05 the 4096-wide bf16 step took PDL, which Qwen-2.5-7B's steps had not: they ran with
-    # it). So a lever an earlier card's step did not take is not tried again where it would reach that step.
+    # PDL, its prefetch and the norm are one setting for every card width (PDL for every format too): one
+    # card's step taking one would switch it on in the steps of the cards before, which tried it and did
+    # not take it (on the H100 2026-12-05 the 4096-wide bf16 step took PDL, which Qwen-2.5-7B's steps had
+    # not: they ran with it). So such a lever an earlier card's step did not take is not tried again where
+    # it would reach that step. The pair reads and x_fp32 are tried for the card's own width
+    # (tune_step.lever_changes with hidden): each width decides those for itself.
     declined = {}  # (lever, format or "*": every format) -> why
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
@@ -514,7 +516,8 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                                              time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
             for t in got["trials"]:
-                if "lever" in t and "x_current" in t and not t["taken"]:
+                # a lever set for this width alone (tune_step.WIDTH_LEVERS as a list) reaches no other card's step
+                if "lever" in t and "x_current" in t and not t["taken"] and reaches_other_widths(t["change"]):
                     scope = fmt if t["lever"] in FORMAT_LEVERS else "*"  # pdl and its prefetch: every format
                     declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes

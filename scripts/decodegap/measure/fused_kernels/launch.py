@@ -127,7 +127,7 @@ def _check_format(fmt, where: str, known=FORMATS) -> None:
         raise ValueError(f"{where}: unknown format {fmt!r}; formats are {', '.join(known)}")
 
 
-def _on_for(lever: dict, fmt: str, hidden: int | None) -> bool:
+def width_lever_on(lever: dict, fmt: str, hidden: int | None) -> bool:
     """Whether a lever given per format as true, false or card widths is on for `fmt` at width `hidden`."""
     on = lever.get(fmt, False)
     return hidden in on if isinstance(on, list) else on
@@ -296,17 +296,17 @@ class LaunchShapes:
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         float32 (the lever x_fp32)."""
-        return _on_for(self.x_fp32, fmt, hidden)
+        return width_lever_on(self.x_fp32, fmt, hidden)
 
     def x_pairs_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         f16 pairs (the lever x_pairs; it takes the norm apart, whose launch writes them)."""
-        return _on_for(self.x_pairs, fmt, hidden) and self.norm_for(fmt) == "apart"
+        return width_lever_on(self.x_pairs, fmt, hidden) and self.norm_for(fmt) == "apart"
 
     def o_pairs_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the o projection of the step whose GEMVs read `fmt` reads the attention's output as
         f16 halves (the lever o_pairs; on only where x_pairs is)."""
-        return _on_for(self.o_pairs, fmt, hidden) and self.x_pairs_for(fmt, hidden)
+        return width_lever_on(self.o_pairs, fmt, hidden) and self.x_pairs_for(fmt, hidden)
 
     def reads_pairs(self, fmt: str, role: str, hidden: int | None = None) -> bool:
         """Whether the step launches `role`'s GEMV for weights stored as `fmt`, in a card of width

@@ -24,6 +24,8 @@ time and taken as a shape is: programmatic dependent launch with its prefetch, t
 x_fp32, x_pairs, o_pairs and load_ahead (`lever_changes`). A stage on another GPU type starts from the
 default table, where every lever is off: on an H100 SXM5 (2026-12-05) the fused steps ran without PDL
 and without the pair reads, and a role's shape alone found nothing (every candidate within 0.6 %).
+The levers LaunchShapes takes per card width (WIDTH_LEVERS: the pair reads, x_fp32) are tried for the
+net's own width and set for it alone, so each card width decides them in its own step.
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -37,7 +39,7 @@ import time
 import torch
 
 from decodegap.measure.fused_kernels.common import pdl_available
-from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes
+from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes, width_lever_on
 
 ROLE_ORDER = ("down", "o", "qkv", "gate_up", "lm_head")  # the roles with the most excess over a read first
 
@@ -98,16 +100,36 @@ def with_role(shapes: LaunchShapes, hidden: int, read: str, role: str, shape: Ge
 
 
 FORMAT_LEVERS = ("norm", "x_fp32", "x_pairs", "o_pairs", "load_ahead")  # per format (load_ahead: per read of it)
+# the format levers that LaunchShapes also takes per card width (launch.width_lever_on: a list of widths)
+WIDTH_LEVERS = ("x_fp32", "x_pairs", "o_pairs")
 # what a lever is inert without (launch.LaunchShapes.x_pairs_for, o_pairs_for): it comes with its lever
 LEVER_NEEDS = {"x_pairs": ("norm",), "o_pairs": ("norm", "x_pairs")}
 
 
-def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device) -> tuple[list, list]:
+def _widened(value: dict, fmt: str, hidden: int) -> bool | list:
+    """A width lever's setting for `fmt` with the card width `hidden` added (True, every width, stays)."""
+    current = value.get(fmt, False)
+    return True if current is True else sorted(set(current or []) | {hidden})
+
+
+def reaches_other_widths(change: dict) -> bool:
+    """Whether a lever's change (as `lever_changes` gives it) sets anything for more than the card widths
+    it lists: every field but a width lever given as a list of widths is one setting for all widths (pdl,
+    its prefetch, the norm) or for all widths of a format (a width lever given as true)."""
+    return any(k not in WIDTH_LEVERS or any(not isinstance(v, list) for v in value.values()) for k, value in change.items())
+
+
+def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device, hidden: int | None = None) -> tuple[list, list]:
     """The levers `reference` has for weights of format `fmt` ("dense", "fp8", "int4") that `start`
     lacks, as (name, {field: value for the format}) in the order to try them, and (name, why) for those
     the device cannot run. "pdl" brings the reference's prefetch for the format, a pair lever the norm
     and x_pairs it needs (LEVER_NEEDS); a lever whose reads
-    (int4_pairs, fp8_pairs) the start has no shapes for takes the reference's with it (`with_lever`)."""
+    (int4_pairs, fp8_pairs) the start has no shapes for takes the reference's with it (`with_lever`).
+    Given the card width `hidden`, a width lever (WIDTH_LEVERS) the reference has on for any width of
+    the format is offered for this width alone (the start's widths kept), where the start lacks it there:
+    one card's step then decides it for its own width, not for the other cards' (on the H100 2026-12-06
+    Qwen-2.5-7B's fp8 step declined the pair reads that the 4096-wide cards had taken at 1.081x on another
+    machine, and as one setting for the format they stayed off for those cards too)."""
     mine = lambda d: {k: v for k, v in d.items() if k.split("_")[0] == fmt}  # noqa: E731 - a format's keys and its reads'
     out, refused = [], []
     prefetch = mine(reference.pdl_prefetch)
@@ -120,6 +142,18 @@ def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device
     elif reference.pdl and start.pdl and prefetch and prefetch != mine(start.pdl_prefetch):
         out.append(("pdl_prefetch", {"pdl_prefetch": prefetch, "pdl_prefetch_per_sm": reference.pdl_prefetch_per_sm}))
     for name in FORMAT_LEVERS:
+        if hidden is not None and name in WIDTH_LEVERS:
+            # the reference has it on for some width (a list) or all (True); the start lacks it at this width
+            if getattr(reference, name).get(fmt, False) and not width_lever_on(getattr(start, name), fmt, hidden):
+                change = {}
+                for k in LEVER_NEEDS.get(name, ()):
+                    if k in WIDTH_LEVERS:
+                        if not width_lever_on(getattr(start, k), fmt, hidden):
+                            change[k] = {fmt: _widened(getattr(start, k), fmt, hidden)}
+                    elif mine(getattr(reference, k)) and mine(getattr(reference, k)) != mine(getattr(start, k)):
+                        change[k] = mine(getattr(reference, k))
+                out.append((name, {**change, name: {fmt: _widened(getattr(start, name), fmt, hidden)}}))
+            continue
         theirs, ours = mine(getattr(reference, name)), mine(getattr(start, name))
         if theirs and theirs != ours:
             needs = {k: mine(getattr(reference, k)) for k in LEVER_NEEDS.get(name, ()) if mine(getattr(reference, k))}
@@ -178,12 +212,12 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     hidden, start_reads = net.embed.shape[1], dict(net.gemv_read)
     time_ms = time_ms or step_timer(net, ctx, n_replays)
     spec, trials, skipped, levers = start, [], [], {}  # levers: name -> its change, those taken
-    changes, refused = lever_changes(start, levers_from, net.kernel_format or "dense", net.device) if levers_from else ([], [])
+    changes, refused = lever_changes(start, levers_from, net.kernel_format or "dense", net.device, hidden) if levers_from else ([], [])
     for name, why in refused:
         trials.append({"lever": name, "error": why})
         log(f"refine lever {name}: {why}")
     for name, change in changes:
-        if name in (not_tried or {}):
+        if name in (not_tried or {}) and reaches_other_widths(change):  # one for this width alone reaches no other step
             trials.append({"lever": name, "not_tried": not_tried[name]})
             log(f"refine lever {name}: not tried ({not_tried[name]})")
             continue
