@@ -466,7 +466,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
 
     from decodegap.core.config import load_models
     from decodegap.measure import fused_kernels as fk
-    from decodegap.measure.fused_kernels.tune_step import FORMAT_LEVERS, reaches_other_widths
+    from decodegap.measure.fused_kernels.tune_step import FORMAT_LEVERS
     from decodegap.measure.cards import build_model
     from decodegap.measure.fused import FusedModel
     from decodegap.measure.weights import get_weight_path
@@ -491,7 +491,8 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
     # not take it (on the H100 2026-12-05 the 4096-wide bf16 step took PDL, which Qwen-2.5-7B's steps had
     # not: they ran with it). So such a lever an earlier card's step did not take is not tried again where
     # it would reach that step. The pair reads and x_fp32 are tried for the card's own width
-    # (tune_step.lever_changes with hidden): each width decides those for itself.
+    # (tune_step.lever_changes with hidden), which reaches no other step: refine_in_step tries those
+    # whatever another width declined, and the row's not_tried names only the levers it left out.
     declined = {}  # (lever, format or "*": every format) -> why
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
@@ -516,12 +517,12 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                                              time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
             for t in got["trials"]:
-                # a lever set for this width alone (tune_step.WIDTH_LEVERS as a list) reaches no other card's step
-                if "lever" in t and "x_current" in t and not t["taken"] and reaches_other_widths(t["change"]):
+                if "lever" in t and "x_current" in t and not t["taken"]:
                     scope = fmt if t["lever"] in FORMAT_LEVERS else "*"  # pdl and its prefetch: every format
                     declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
-            row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")}, not_tried=sorted(not_tried),
+            row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
+                       not_tried=sorted(t["lever"] for t in got["trials"] if "not_tried" in t),
                        trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]))
             log(f"  {card.key} {quant}: the chosen shapes ran the step {got['x_start'] or float('nan'):.3f}x the start's speed"
                 + (f"; changed {json.dumps(got['change'])}" if got["change"] else "; the start's shapes kept"))
