@@ -1105,8 +1105,9 @@ def lever_variants(table, device) -> dict:
 
     out = {"table": {}}
     if fk.pdl_available(device) is None:
-        out["pdl off" if table.pdl else "pdl on"] = {"pdl": not table.pdl}
-        if table.pdl:
+        on = table.pdl_anywhere()  # a table with PDL for some steps: "pdl off" turns it off for all
+        out["pdl off" if on else "pdl on"] = {"pdl": not on}
+        if on:
             out["pdl without prefetch"] = {"pdl_prefetch": 0}
         for steps, per_sm in PDL_PREFETCH:  # and the first programs' first loop steps prefetched into L2 before the wait
             out[f"pdl prefetch {steps}x{per_sm}/SM"] = {"pdl": True, "pdl_prefetch": steps, "pdl_prefetch_per_sm": per_sm}

@@ -352,6 +352,17 @@ def test_pdl_prefetch_spans_whole_lines_of_the_first_loop_steps_and_reads_back()
     assert fk.resolve(on.as_dict(), "cpu", "h200") == on and on.pdl_prefetch_per_sm == 3
     some = fk.resolve({"pdl": True, "pdl_prefetch": {"int4": 1}}, "cpu", "default")
     assert some.prefetch_for("int4") == 1 and some.prefetch_for("dense") == 0
+    # pdl per format and card width (the stage's choice per step), over a table's one setting
+    per = fk.resolve({"pdl": {"int4": [3584], "fp8": True}}, "cpu", "default")
+    assert per.pdl_for("int4", 3584) and not per.pdl_for("int4", 4096) and per.pdl_for("fp8", 4096)
+    assert not per.pdl_for("dense", 3584) and per.pdl_anywhere() and not fk.resolve(None, "cpu", "default").pdl_anywhere()
+    assert fk.resolve(per.as_dict(), "cpu", "default") == per and per.as_dict()["pdl"]["int4"] == [3584]
+    over_on = fk.resolve({"pdl": {"int4": False}}, "cpu", "h200")  # the H200's PDL for every step, but int4's off
+    assert over_on.pdl_for("dense", 3584) and not over_on.pdl_for("int4", 3584) and over_on.l2_ahead_for("int4") is None
+    assert fk.resolve({"pdl": {"int4": [3584]}, "l2_ahead": {"int4": "evict_last"}}, "cpu", "default").l2_ahead_for("int4", 4096) is None
+    for bad in ("yes", {"int4": "on"}, {"int8": True}):
+        with pytest.raises(ValueError, match="pdl|unknown format"):
+            fk.resolve({"pdl": bad}, "cpu", "default")
     assert fk.prefetch_programs(100, 264) == 100 and fk.prefetch_programs(1000, 264) == 264 and fk.prefetch_programs(7, None) == 7
     assert "pdl_prefetch" not in fk.LAUNCH_SHAPES["default"].as_dict()  # absent when off: records made before read the same
     for key, bad in (("pdl_prefetch", -1), ("pdl_prefetch", 1.5), ("pdl_prefetch", True), ("pdl_prefetch_per_sm", 0)):

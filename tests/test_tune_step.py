@@ -252,6 +252,67 @@ def test_each_card_width_decides_its_own_pair_reads_and_a_lever_one_width_declin
         assert got.x_pairs["fp8"] == ([128, 256] if narrow_takes else [256])
 
 
+def test_each_step_decides_pdl_for_its_own_format_and_width_so_a_bf16_decline_does_not_keep_it_from_int4(monkeypatch):
+    """setup.refine_fused on a device that can launch with PDL (patched: this CPU cannot), two card widths,
+    bf16 and int4. As on the H100 2026-12-06, the narrow card's bf16 step, refined first, is slower with
+    PDL and declines it; the int4 steps of both widths are faster with it. PDL is a lever per format and
+    width: the record has it for int4 at both widths (the narrow one with the reference's int4 prefetch)
+    and for no bf16 step, and each session's step runs its own setting. As one setting for every step,
+    the bf16 decline kept it from the int4 steps (their rows' not_tried)."""
+    from decodegap.measure import setup
+    from decodegap.measure.fused_kernels import tune_step
+
+    monkeypatch.setattr(tune_step, "pdl_available", lambda device: None)
+    monkeypatch.setattr(fk, "pdl_available", lambda device: None)  # FusedModel's check; the fake timer launches nothing
+    narrow = dataclasses.replace(WIDE, key="narrow", architecture={**WIDE.architecture, "hidden_size": 128, "head_dim": 32})
+    record = {"gpu": "cpu", "weights": {"bf16": {"runs": True}, "int4-triton": {"runs": True}}}
+    start = fk.resolve(None, "cpu")  # the default table: PDL off, as a stage on a GPU type without a measured one
+
+    def timer_for(net):
+        fmt, width = net.kernel_format or "dense", net.embed.shape[1]
+        with_pdl = {"dense": 10.1, "int4": 9.0}[fmt]
+        return lambda: with_pdl if net.shapes.pdl_for(fmt, width) else 10.0
+
+    monkeypatch.setattr(setup, "log", lambda m: None)
+    spec, report = setup.refine_fused(record, None, 600, start.as_dict(), device="cpu", ctx=20,
+                                      cards=[WIDE, narrow], time_ms_for=timer_for)
+    rows = {(r["hidden"], r["quant"]): r for r in report}
+    assert [k for k in rows] == [(128, "bf16"), (128, "int4-triton"), (256, "bf16"), (256, "int4-triton")]
+    got = fk.resolve(spec, "cpu")
+    assert got.pdl_for("int4", 128) and got.pdl_for("int4", 256)
+    assert not got.pdl_for("dense", 128) and not got.pdl_for("dense", 256)
+    assert spec["pdl"]["int4"] == [128, 256] and not spec["pdl"].get("dense")
+    h200 = fk.launch_shapes_for(fk.LEVERS_FROM)
+    assert got.prefetch_for("int4") == h200.prefetch_for("int4") and got.prefetch_for("dense") == 0
+    for width in (128, 256):
+        assert "pdl" in rows[(width, "int4-triton")]["levers"] and "pdl" not in rows[(width, "int4-triton")]["not_tried"]
+        assert "pdl" not in rows[(width, "bf16")]["levers"]
+    # each session's step: its format's setting at its width
+    net = FusedModel(build_model(narrow, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 32, backend="triton",
+                     gemv_configs=spec)
+    assert net.describe()["pdl"] is True and net.describe()["pdl_prefetch"] == h200.prefetch_for("int4")
+    bf16 = FusedModel(build_model(narrow, "cpu", "sdpa", 0).float(), get_weight_path("bf16"), 32, backend="triton",
+                      gemv_configs=spec)
+    assert bf16.describe()["pdl"] is False and "pdl_prefetch" not in bf16.describe()
+
+
+def test_a_lever_change_reaches_other_steps_only_through_what_is_one_setting_for_them():
+    """reaches_other_widths: a width lever for listed widths reaches no other step; one given as true, the
+    norm and pdl_prefetch_per_sm do; a format's pdl_prefetch reaches only where the start runs some step
+    of that format under PDL."""
+    from decodegap.measure.fused_kernels.tune_step import reaches_other_widths
+
+    default = fk.resolve(None, "cpu")
+    assert not reaches_other_widths({"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}}, default)
+    assert reaches_other_widths({"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}},
+                                default.replace(pdl={"int4": [4096]}))  # the 4096 step's prefetch changes too
+    assert reaches_other_widths({"pdl": {"int4": True}}, default)
+    assert reaches_other_widths({"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}, "pdl_prefetch_per_sm": 3}, default)
+    assert reaches_other_widths({"norm": {"fp8": "apart"}, "x_pairs": {"fp8": [4096]}}, default)
+    assert not reaches_other_widths({"x_pairs": {"fp8": [3584, 4096]}, "o_pairs": {"fp8": [4096]}}, default)
+    assert reaches_other_widths({"pdl_prefetch": {"int4": 1}})  # without the start: every step of the format
+
+
 def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_levers_for_its_format():
     """lever_changes: the default table (every lever off, where an H100's stage starts) against the H200's:
     PDL for every format (refused where the device cannot launch so, as on this CPU), and each format's
@@ -278,6 +339,22 @@ def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_leve
     assert dict(lever_changes(default, h200, "fp8", "cpu", 4096)[0])["o_pairs"] == {"x_pairs": {"fp8": [4096]}, "o_pairs": {"fp8": [4096]}}
     apart_off = default.replace(norm={})
     assert dict(lever_changes(apart_off, h200, "fp8", "cpu", 4096)[0])["x_pairs"] == {"norm": {"fp8": "apart"}, "x_pairs": {"fp8": [4096]}}
+    # PDL too, given the width, where the device can launch so: for the format and width alone, with the
+    # reference's prefetch for the format where the start's differs
+    from decodegap.measure.fused_kernels import tune_step
+    real, tune_step.pdl_available = tune_step.pdl_available, lambda device: None
+    try:
+        assert dict(lever_changes(default, h200, "int4", "cuda", 3584)[0])["pdl"] == {
+            "pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": h200.prefetch_for("int4")}}
+        has = default.replace(pdl={"int4": [3584]}, pdl_prefetch={"int4": h200.prefetch_for("int4")})
+        assert dict(lever_changes(has, h200, "int4", "cuda", 4096)[0])["pdl"] == {"pdl": {"int4": [3584, 4096]}}
+        assert "pdl" not in dict(lever_changes(has, h200, "int4", "cuda", 3584)[0])
+        assert dict(lever_changes(has, h200, "dense", "cuda", 3584)[0])["pdl"] == {
+            "pdl": {"dense": [3584]}, "pdl_prefetch": {"dense": h200.prefetch_for("dense")}}
+        assert dict(lever_changes(default, h200, "fp8", "cuda", 3584)[0])["pdl"] == {"pdl": {"fp8": [3584]}}  # no fp8 prefetch
+        assert dict(lever_changes(default, h200, "int4", "cuda")[0])["pdl"]["pdl"] is True  # no width: every step
+    finally:
+        tune_step.pdl_available = real
 
 
 def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_not_and_the_step_still_computes_the_same():

@@ -175,11 +175,13 @@ class FusedModel:
         if why:
             raise ValueError(f"fused backend triton: {why}")
         self.shapes = fk.resolve(spec, self.device, gpu)
-        if self.shapes.pdl:
+        fmt, hidden = self.kernel_format or "dense", self.embed.shape[1]
+        # the lever pdl: one setting for the step, its format's at its card width
+        self._pdl = self.shapes.pdl_for(fmt, hidden)
+        if self._pdl:
             why = fk.pdl_available(self.device)
             if why:
                 raise ValueError(f"launch shapes ask for programmatic dependent launch: {why}")
-        fmt, hidden = self.kernel_format or "dense", self.embed.shape[1]
         # the lever x_pairs: the int4 GEMVs after a norm and down read their inputs as f16 pairs, with shapes of their own
         self._x_pairs = bool(self.kernel_format) and self.shapes.x_pairs_for(fmt, hidden)
         # the lever o_pairs (fp8): o too, the attention's combine writing its output as the halves
@@ -219,8 +221,8 @@ class FusedModel:
         self._prefetch_steps = self.shapes.prefetch_for(fmt)
         self._prefetching = self.shapes.pdl_prefetch_per_sm * fk.sm_count_of(self.device)
         # l2_ahead: the attention's split programs prefetch the o weight into L2 while it waits on latencies
-        self._l2_ahead = self.shapes.l2_ahead_for(fmt) if self.kernel_format else None  # a packed path's o is its own
-        self._l2_ahead_bytes = self.shapes.l2_ahead_bytes_for(fmt) if self._l2_ahead else 0
+        self._l2_ahead = self.shapes.l2_ahead_for(fmt, hidden) if self.kernel_format else None  # a packed path's o is its own
+        self._l2_ahead_bytes = self.shapes.l2_ahead_bytes_for(fmt, hidden) if self._l2_ahead else 0
 
     def describe(self) -> dict:
         """What a session records of the step: its backend and, for the kernels, their launch shapes,
@@ -235,7 +237,7 @@ class FusedModel:
         if self.backend == "triton":
             out["gemv"] = {role: c.as_dict() for role, c in self.gemv.items()}
             out["attention"] = self.attention_plan.as_dict()
-            out["pdl"] = self.shapes.pdl
+            out["pdl"] = self._pdl
             if self._x_fp32:
                 out["x_fp32"] = True
             if self._x_pairs:
@@ -247,7 +249,7 @@ class FusedModel:
                 if self._l2_ahead_bytes:
                     out["l2_ahead_mib"] = self._l2_ahead_bytes / 2**20
                 out["l2_ahead_at"] = self.shapes.l2_ahead_at
-            if self.shapes.pdl and self._prefetch_steps:
+            if self._pdl and self._prefetch_steps:
                 out["pdl_prefetch"] = self._prefetch_steps
                 out["pdl_prefetch_programs"] = self._prefetching
             if self.kernel_format:  # a packed path's own GEMVs take x normalised by add_norm, whatever the lever
@@ -338,7 +340,7 @@ class FusedModel:
         if self._l2_ahead:  # o's weight as stored, then gate_up's first rows
             ahead = {"l2_ahead": self._l2_spans(i), "l2_priority": self._l2_ahead, "l2_at": self.shapes.l2_ahead_at}
         fk.attention(self._q, self.k_cache[i], self.v_cache[i], position, self._attn_in, plan=self.attention_plan,
-                     scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self.shapes.pdl,
+                     scratch=self._scratch, heads=self.heads, scale=self.scale, pdl=self._pdl,
                      prefetch_steps=self._prefetch_steps, prefetching=self._prefetching, **ahead)
 
     def _l2_spans(self, i: int) -> list:
@@ -371,7 +373,7 @@ class FusedModel:
         from decodegap.measure import fused_kernels as fk
 
         x, g, op, eps, mode = self._x, self.gemv, self._operand, self.eps, self.shapes.norm_for(self.kernel_format)
-        pdl = self.shapes.pdl
+        pdl = self._pdl
         # the GEMVs': their weights' first loop steps, in the programs that start while the kernel before runs
         pf = {"pdl": pdl, "prefetch_steps": self._prefetch_steps, "prefetching": self._prefetching}
         sums = self._sums
@@ -419,7 +421,7 @@ class FusedModel:
 
         from decodegap.measure import fused_kernels as fk
 
-        x, xn, g, pdl, eps = self._x, self._xn, self.gemv, self.shapes.pdl, self.eps
+        x, xn, g, pdl, eps = self._x, self._xn, self.gemv, self._pdl, self.eps
         y = {}  # each GEMV's output, for the epilogue after it
 
         def gemv(name, module, source):

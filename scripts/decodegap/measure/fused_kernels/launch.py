@@ -22,7 +22,11 @@ per role in the step:
 Levers (each switchable, so benchmarks/floor_limit.py measures it on and off side by side):
 
   pdl                  programmatic dependent launch (Hopper and newer): each kernel may start while
-                       the one before drains, and waits for its results in `griddepcontrol.wait`
+                       the one before drains, and waits for its results in `griddepcontrol.wait`; true
+                       or false for every step, or per weight format (true, or the card widths it is on
+                       for): a step is one setting, its format's at its width (the stage decides it per
+                       step: on the H100 2026-12-06 Qwen-2.5-7B's bf16 step declined it at 0.992x while
+                       with its prefetch it had run the int4 steps 1.013x faster on another machine)
   pdl_prefetch         per weight format, with pdl, loop steps of W (of K and V for attention) each of
                        a kernel's first pdl_prefetch_per_sm x multiprocessors programs prefetches into
                        L2 before that
@@ -247,7 +251,7 @@ class LaunchShapes:
 
     gemv: dict = field(default_factory=dict)
     attention: AttentionConfig = AttentionConfig()
-    pdl: bool = False
+    pdl: bool | dict = False
     source: str = ""
     gemv_by_hidden: dict = field(default_factory=dict)
     norm: dict = field(default_factory=dict)
@@ -263,6 +267,8 @@ class LaunchShapes:
 
     def __post_init__(self):
         _check_norm(self.norm, "launch shapes")
+        if not isinstance(self.pdl, bool):
+            _check_widths_lever(self.pdl, "pdl")
         if not isinstance(self.pdl_prefetch, dict):
             raise ValueError(f"launch shapes: pdl_prefetch must be {{format: loop steps}}, not {self.pdl_prefetch!r}")
         for fmt, steps in self.pdl_prefetch.items():
@@ -293,6 +299,15 @@ class LaunchShapes:
             _check_format(fmt, "launch shapes: l2_ahead_mib")
             _check_whole(f"l2_ahead_mib[{fmt!r}]", mib, 0)
 
+    def pdl_for(self, fmt: str, hidden: int | None = None) -> bool:
+        """Whether the step whose GEMVs read `fmt` ("dense" for bf16), in a card of width `hidden`, launches
+        its kernels with programmatic dependent launch (the lever pdl: one setting, or per format and width)."""
+        return self.pdl if isinstance(self.pdl, bool) else width_lever_on(self.pdl, fmt, hidden)
+
+    def pdl_anywhere(self) -> bool:
+        """Whether any step runs under PDL (a device without it cannot run these shapes)."""
+        return self.pdl if isinstance(self.pdl, bool) else any(bool(v) for v in self.pdl.values())
+
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
         float32 (the lever x_fp32)."""
@@ -316,15 +331,15 @@ class LaunchShapes:
             return self.x_pairs_for(fmt, hidden)
         return role == "o" and self.o_pairs_for(fmt, hidden)
 
-    def l2_ahead_for(self, fmt: str) -> str | None:
+    def l2_ahead_for(self, fmt: str, hidden: int | None = None) -> str | None:
         """The L2 priority with which the attention prefetches the o weight of a step whose GEMVs read
         `fmt` (the lever l2_ahead), or None: off. Only under PDL (the prefetch goes before its wait)."""
-        return self.l2_ahead.get(fmt) if self.pdl else None
+        return self.l2_ahead.get(fmt) if self.pdl_for(fmt, hidden) else None
 
-    def l2_ahead_bytes_for(self, fmt: str) -> int:
+    def l2_ahead_bytes_for(self, fmt: str, hidden: int | None = None) -> int:
         """Bytes of gate_up's first rows the attention prefetches after o's weight (l2_ahead_mib), where
         l2_ahead is on for `fmt`; else 0."""
-        return self.l2_ahead_mib.get(fmt, 0) * 2**20 if self.l2_ahead_for(fmt) else 0
+        return self.l2_ahead_mib.get(fmt, 0) * 2**20 if self.l2_ahead_for(fmt, hidden) else 0
 
     def prefetch_for(self, fmt: str) -> int:
         """Loop steps the programs of a step whose GEMVs read `fmt` prefetch under PDL (the lever pdl_prefetch)."""
@@ -362,7 +377,8 @@ class LaunchShapes:
     def as_dict(self) -> dict:
         """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
         out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
-               "attention": self.attention.as_dict(), "pdl": self.pdl, "source": self.source}
+               "attention": self.attention.as_dict(), "source": self.source,
+               "pdl": self.pdl if isinstance(self.pdl, bool) else {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.pdl.items()}}
         if self.norm:  # absent when every format's is "program": records made before the lever read the same
             out["norm"] = dict(self.norm)
         if any(self.pdl_prefetch.values()):  # absent when 0: records made before the lever read the same
@@ -664,7 +680,15 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     l2_ahead_mib = dict(base.l2_ahead_mib)
     given = spec.get("l2_ahead_mib", {})
     l2_ahead_mib.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # a number: every format's
-    return LaunchShapes(gemv=gemv, attention=attention, pdl=bool(spec.get("pdl", base.pdl)),
+    given = spec.get("pdl", base.pdl)
+    if isinstance(given, dict):  # per format (true, false or widths), over the table's: a bool there is every format's
+        pdl = {fmt: base.pdl for fmt in FORMATS} if isinstance(base.pdl, bool) else dict(base.pdl)
+        pdl.update(given)
+    elif isinstance(given, (bool, int)):
+        pdl = bool(given)
+    else:
+        raise ValueError(f"gemv_configs: pdl must be true, false or {{format: true, false or [card widths]}}, not {given!r}")
+    return LaunchShapes(gemv=gemv, attention=attention, pdl=pdl,
                         source=spec.get("source") or "given (tune_launch_shapes)", gemv_by_hidden=by_hidden, norm=norm,
                         pdl_prefetch=prefetch, x_fp32=x_fp32, x_pairs=x_pairs, load_ahead=load_ahead, o_pairs=o_pairs, l2_ahead=l2_ahead, l2_ahead_mib=l2_ahead_mib,
                         l2_ahead_at=spec.get("l2_ahead_at", base.l2_ahead_at),

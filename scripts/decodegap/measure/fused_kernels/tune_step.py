@@ -24,8 +24,8 @@ time and taken as a shape is: programmatic dependent launch with its prefetch, t
 x_fp32, x_pairs, o_pairs and load_ahead (`lever_changes`). A stage on another GPU type starts from the
 default table, where every lever is off: on an H100 SXM5 (2026-12-05) the fused steps ran without PDL
 and without the pair reads, and a role's shape alone found nothing (every candidate within 0.6 %).
-The levers LaunchShapes takes per card width (WIDTH_LEVERS: the pair reads, x_fp32) are tried for the
-net's own width and set for it alone, so each card width decides them in its own step.
+The levers LaunchShapes takes per format and card width (WIDTH_LEVERS: PDL, the pair reads, x_fp32) are
+tried for the net's format and width and set for them alone, so each step decides them for itself.
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -39,7 +39,7 @@ import time
 import torch
 
 from decodegap.measure.fused_kernels.common import pdl_available
-from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes, width_lever_on
+from decodegap.measure.fused_kernels.launch import FORMATS, GemvConfig, LaunchShapes, width_lever_on
 
 ROLE_ORDER = ("down", "o", "qkv", "gate_up", "lm_head")  # the roles with the most excess over a read first
 
@@ -100,47 +100,77 @@ def with_role(shapes: LaunchShapes, hidden: int, read: str, role: str, shape: Ge
 
 
 FORMAT_LEVERS = ("norm", "x_fp32", "x_pairs", "o_pairs", "load_ahead")  # per format (load_ahead: per read of it)
-# the format levers that LaunchShapes also takes per card width (launch.width_lever_on: a list of widths)
-WIDTH_LEVERS = ("x_fp32", "x_pairs", "o_pairs")
+# the levers that LaunchShapes takes per format and card width (launch.width_lever_on: a list of widths)
+WIDTH_LEVERS = ("pdl", "x_fp32", "x_pairs", "o_pairs")
 # what a lever is inert without (launch.LaunchShapes.x_pairs_for, o_pairs_for): it comes with its lever
 LEVER_NEEDS = {"x_pairs": ("norm",), "o_pairs": ("norm", "x_pairs")}
 
 
-def _widened(value: dict, fmt: str, hidden: int) -> bool | list:
+def _per_format(value: bool | dict) -> dict:
+    """A width lever as {format: setting}: pdl may be one bool for every format."""
+    return {fmt: value for fmt in FORMATS} if isinstance(value, bool) else value
+
+
+def _widened(value: bool | dict, fmt: str, hidden: int) -> bool | list:
     """A width lever's setting for `fmt` with the card width `hidden` added (True, every width, stays)."""
-    current = value.get(fmt, False)
+    current = _per_format(value).get(fmt, False)
     return True if current is True else sorted(set(current or []) | {hidden})
 
 
-def reaches_other_widths(change: dict) -> bool:
-    """Whether a lever's change (as `lever_changes` gives it) sets anything for more than the card widths
-    it lists: every field but a width lever given as a list of widths is one setting for all widths (pdl,
-    its prefetch, the norm) or for all widths of a format (a width lever given as true)."""
-    return any(k not in WIDTH_LEVERS or any(not isinstance(v, list) for v in value.values()) for k, value in change.items())
+def _on_somewhere(value: bool | dict, fmt: str) -> bool:
+    """Whether a width lever is on for `fmt` at any card width."""
+    return bool(_per_format(value).get(fmt, False))
+
+
+def reaches_other_widths(change: dict, start: LaunchShapes | None = None) -> bool:
+    """Whether a lever's change (as `lever_changes` gives it) sets anything for more than the format's
+    card widths it lists: a width lever given as true is every width's; the norm is the format's and
+    pdl_prefetch_per_sm every format's; the format's pdl_prefetch reaches the steps of the format that run
+    under PDL, none where `start` runs no step of it so (else, without `start`, every width's)."""
+    for k, value in change.items():
+        if k in WIDTH_LEVERS and all(isinstance(v, list) for v in value.values()):
+            continue
+        if k == "pdl_prefetch" and start is not None and not any(_on_somewhere(start.pdl, fmt) for fmt in value):
+            continue
+        return True
+    return False
 
 
 def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device, hidden: int | None = None) -> tuple[list, list]:
     """The levers `reference` has for weights of format `fmt` ("dense", "fp8", "int4") that `start`
     lacks, as (name, {field: value for the format}) in the order to try them, and (name, why) for those
-    the device cannot run. "pdl" brings the reference's prefetch for the format, a pair lever the norm
+    the device cannot run. "pdl" brings the reference's prefetch for the format (where the start's
+    differs), a pair lever the norm
     and x_pairs it needs (LEVER_NEEDS); a lever whose reads
     (int4_pairs, fp8_pairs) the start has no shapes for takes the reference's with it (`with_lever`).
     Given the card width `hidden`, a width lever (WIDTH_LEVERS) the reference has on for any width of
     the format is offered for this width alone (the start's widths kept), where the start lacks it there:
     one card's step then decides it for its own width, not for the other cards' (on the H100 2026-12-06
     Qwen-2.5-7B's fp8 step declined the pair reads that the 4096-wide cards had taken at 1.081x on another
-    machine, and as one setting for the format they stayed off for those cards too)."""
+    machine, and as one setting for the format they stayed off for those cards too). PDL is such a lever
+    too, per format: on that H100 2026-12-06 Qwen-2.5-7B's bf16 step declined it at 0.992x, and as one
+    setting for every step it stayed off for the int4 steps, which with it and its prefetch had run 1.013x
+    faster on another machine."""
     mine = lambda d: {k: v for k, v in d.items() if k.split("_")[0] == fmt}  # noqa: E731 - a format's keys and its reads'
     out, refused = [], []
     prefetch = mine(reference.pdl_prefetch)
-    if reference.pdl and not start.pdl:
+    with_prefetch = {"pdl_prefetch": prefetch} if prefetch and prefetch != mine(start.pdl_prefetch) else {}
+    if with_prefetch and reference.pdl_prefetch_per_sm != start.pdl_prefetch_per_sm:
+        with_prefetch["pdl_prefetch_per_sm"] = reference.pdl_prefetch_per_sm
+    if hidden is None:  # one setting for every step, as before the lever was per format and width
+        wanted, has = reference.pdl_anywhere(), start.pdl_anywhere()
+        pdl_change = {"pdl": True}
+    else:
+        wanted, has = _on_somewhere(reference.pdl, fmt), start.pdl_for(fmt, hidden)
+        pdl_change = {"pdl": {fmt: _widened(start.pdl, fmt, hidden)}}
+    if wanted and not has:
         why = pdl_available(device)
         if why:
             refused.append(("pdl", why))
         else:
-            out.append(("pdl", {"pdl": True, "pdl_prefetch": prefetch, "pdl_prefetch_per_sm": reference.pdl_prefetch_per_sm}))
-    elif reference.pdl and start.pdl and prefetch and prefetch != mine(start.pdl_prefetch):
-        out.append(("pdl_prefetch", {"pdl_prefetch": prefetch, "pdl_prefetch_per_sm": reference.pdl_prefetch_per_sm}))
+            out.append(("pdl", {**pdl_change, **with_prefetch}))
+    elif wanted and with_prefetch:
+        out.append(("pdl_prefetch", with_prefetch))
     for name in FORMAT_LEVERS:
         if hidden is not None and name in WIDTH_LEVERS:
             # the reference has it on for some width (a list) or all (True); the start lacks it at this width
@@ -164,7 +194,8 @@ def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device
 def with_lever(shapes: LaunchShapes, change: dict, reference: LaunchShapes) -> LaunchShapes:
     """`shapes` with a lever of `lever_changes` on: dict fields merged key by key, and the reference's
     shapes for every read that `shapes` has none of (a pair read's own table comes with its lever)."""
-    fields = {k: ({**getattr(shapes, k), **v} if isinstance(v, dict) else v) for k, v in change.items()}
+    fields = {k: ({**(_per_format(getattr(shapes, k)) if k == "pdl" else getattr(shapes, k)), **v} if isinstance(v, dict) else v)
+              for k, v in change.items()}
     new_reads = set(reference.gemv) - set(shapes.gemv) - {r for fm in shapes.gemv_by_hidden.values() for r in fm}
     if new_reads:
         fields["gemv"] = {**shapes.gemv, **{r: reference.gemv[r] for r in new_reads}}
@@ -217,7 +248,7 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
         trials.append({"lever": name, "error": why})
         log(f"refine lever {name}: {why}")
     for name, change in changes:
-        if name in (not_tried or {}) and reaches_other_widths(change):  # one for this width alone reaches no other step
+        if name in (not_tried or {}) and reaches_other_widths(change, spec):  # one for this width alone reaches no other step
             trials.append({"lever": name, "not_tried": not_tried[name]})
             log(f"refine lever {name}: not tried ({not_tried[name]})")
             continue
