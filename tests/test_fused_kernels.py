@@ -357,6 +357,9 @@ def test_pdl_prefetch_spans_whole_lines_of_the_first_loop_steps_and_reads_back()
     assert per.pdl_for("int4", 3584) and not per.pdl_for("int4", 4096) and per.pdl_for("fp8", 4096)
     assert not per.pdl_for("dense", 3584) and per.pdl_anywhere() and not fk.resolve(None, "cpu", "default").pdl_anywhere()
     assert fk.resolve(per.as_dict(), "cpu", "default") == per and per.as_dict()["pdl"]["int4"] == [3584]
+    partial = fk.resolve(None, "cpu", "default").replace(pdl={"int4": [3584]})  # a format absent is off, written so
+    assert partial.as_dict()["pdl"] == {"dense": False, "fp8": False, "int4": [3584]}
+    assert not fk.resolve(partial.as_dict(), "cpu", "h200").pdl_for("dense", 3584)  # not the H200 table's PDL
     over_on = fk.resolve({"pdl": {"int4": False}}, "cpu", "h200")  # the H200's PDL for every step, but int4's off
     assert over_on.pdl_for("dense", 3584) and not over_on.pdl_for("int4", 3584) and over_on.l2_ahead_for("int4") is None
     assert fk.resolve({"pdl": {"int4": [3584]}, "l2_ahead": {"int4": "evict_last"}}, "cpu", "default").l2_ahead_for("int4", 4096) is None

@@ -297,9 +297,9 @@ def test_each_step_decides_pdl_for_its_own_format_and_width_so_a_bf16_decline_do
 
 
 def test_a_lever_change_reaches_other_steps_only_through_what_is_one_setting_for_them():
-    """reaches_other_widths: a width lever for listed widths reaches no other step; one given as true, the
-    norm and pdl_prefetch_per_sm do; a format's pdl_prefetch reaches only where the start runs some step
-    of that format under PDL."""
+    """reaches_other_widths: a width lever for listed widths reaches no other step; one given as true (pdl
+    as one bool too) and the norm do; a format's pdl_prefetch reaches only where the start runs some step
+    of that format under PDL, pdl_prefetch_per_sm only where it runs any step so."""
     from decodegap.measure.fused_kernels.tune_step import reaches_other_widths
 
     default = fk.resolve(None, "cpu")
@@ -307,7 +307,10 @@ def test_a_lever_change_reaches_other_steps_only_through_what_is_one_setting_for
     assert reaches_other_widths({"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}},
                                 default.replace(pdl={"int4": [4096]}))  # the 4096 step's prefetch changes too
     assert reaches_other_widths({"pdl": {"int4": True}}, default)
-    assert reaches_other_widths({"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}, "pdl_prefetch_per_sm": 3}, default)
+    per_sm = {"pdl": {"int4": [3584]}, "pdl_prefetch": {"int4": 1}, "pdl_prefetch_per_sm": 3}
+    assert not reaches_other_widths(per_sm, default)
+    assert reaches_other_widths(per_sm, default.replace(pdl={"dense": [4096]}))  # the bf16 step's programs that prefetch
+    assert reaches_other_widths({"pdl": True}, default) and reaches_other_widths(per_sm)
     assert reaches_other_widths({"norm": {"fp8": "apart"}, "x_pairs": {"fp8": [4096]}}, default)
     assert not reaches_other_widths({"x_pairs": {"fp8": [3584, 4096]}, "o_pairs": {"fp8": [4096]}}, default)
     assert reaches_other_widths({"pdl_prefetch": {"int4": 1}})  # without the start: every step of the format
@@ -353,6 +356,11 @@ def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_leve
             "pdl": {"dense": [3584]}, "pdl_prefetch": {"dense": h200.prefetch_for("dense")}}
         assert dict(lever_changes(default, h200, "fp8", "cuda", 3584)[0])["pdl"] == {"pdl": {"fp8": [3584]}}  # no fp8 prefetch
         assert dict(lever_changes(default, h200, "int4", "cuda")[0])["pdl"]["pdl"] is True  # no width: every step
+        # the programs an SM that prefetch (one setting for every step) come only while no step runs under PDL
+        other = default.replace(pdl_prefetch_per_sm=3)
+        assert dict(lever_changes(other, h200, "int4", "cuda", 3584)[0])["pdl"]["pdl_prefetch_per_sm"] == h200.pdl_prefetch_per_sm
+        running = other.replace(pdl={"dense": [3584]})
+        assert "pdl_prefetch_per_sm" not in dict(lever_changes(running, h200, "int4", "cuda", 3584)[0])["pdl"]
     finally:
         tune_step.pdl_available = real
 

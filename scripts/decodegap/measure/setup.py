@@ -485,14 +485,15 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
         f"{len(quants)} weight path(s) in about {budget_s:.0f} s")
     t0, spec, report, built = time.monotonic(), shapes, [], None  # built: (width, model), one card's model for its paths
     levers_from = fk.launch_shapes_for(fk.LEVERS_FROM)  # its levers, each tried in the step where the start lacks it
-    # The norm is one setting for every card width of a format, pdl_prefetch_per_sm one for every step:
-    # one card's step taking one would switch it on in the steps of the cards before, which tried it and
-    # did not take it (on the H100 2026-12-05 the 4096-wide bf16 step took PDL, then one setting, which
-    # Qwen-2.5-7B's steps had not: they ran with it). So such a lever an earlier card's step did not take
-    # is not tried again where it would reach that step. PDL, the pair reads and x_fp32 are tried for the
-    # step's own format and card width (tune_step.lever_changes with hidden), which reaches no other
-    # step: refine_in_step tries those whatever another step declined, and the row's not_tried names
-    # only the levers it left out.
+    # The norm and PDL's prefetch are one setting for every card width of a format: one card's step
+    # taking one would switch it on in the steps of the cards before, which tried it and did not take it
+    # (on the H100 2026-12-05 the 4096-wide bf16 step took PDL, then one setting, which Qwen-2.5-7B's
+    # steps had not: they ran with it). So a change an earlier card's step did not take is not tried again
+    # where it would reach that step (tune_step.reaches_other_widths). PDL, the pair reads and x_fp32 are
+    # set for the step's own format and card width (tune_step.lever_changes with hidden): a change of
+    # those alone, or with a norm or prefetch that no other step of the format runs, reaches no other
+    # step, and refine_in_step tries it whatever another step declined; the row's not_tried names only
+    # the levers it left out.
     declined = {}  # (lever, format or "*": every format) -> why
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
@@ -518,7 +519,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
             for t in got["trials"]:
                 if "lever" in t and "x_current" in t and not t["taken"]:
-                    scope = "*" if "pdl_prefetch_per_sm" in t["change"] else fmt  # that one is every format's
+                    scope = fmt  # lever_changes sets the one setting of every format, pdl_prefetch_per_sm, only where it reaches no step
                     declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
             row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},

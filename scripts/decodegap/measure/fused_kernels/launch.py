@@ -26,7 +26,8 @@ Levers (each switchable, so benchmarks/floor_limit.py measures it on and off sid
                        or false for every step, or per weight format (true, or the card widths it is on
                        for): a step is one setting, its format's at its width (the stage decides it per
                        step: on the H100 2026-12-06 Qwen-2.5-7B's bf16 step declined it at 0.992x while
-                       with its prefetch it had run the int4 steps 1.013x faster on another machine)
+                       with its prefetch it had run the int4 steps 1.013x faster on another machine); a
+                       packed path's step (int4-tinygemm: GEMVs of its own) takes the "dense" setting
   pdl_prefetch         per weight format, with pdl, loop steps of W (of K and V for attention) each of
                        a kernel's first pdl_prefetch_per_sm x multiprocessors programs prefetches into
                        L2 before that
@@ -149,7 +150,7 @@ def _check_roles_lever(value, name: str) -> None:
 
 
 def _check_widths_lever(value, name: str) -> None:
-    """A lever given per format as true, false or the card widths it is on for (x_fp32, x_pairs)."""
+    """A lever given per format as true, false or the card widths it is on for (pdl, x_fp32, x_pairs, o_pairs)."""
     ok = lambda v: isinstance(v, bool) or (isinstance(v, list) and all(isinstance(h, int) and not isinstance(h, bool) for h in v))  # noqa: E731
     if not isinstance(value, dict) or not all(ok(v) for v in value.values()):
         raise ValueError(f"launch shapes: {name} must be {{format: true, false or [card widths]}}, not {value!r}")
@@ -378,7 +379,9 @@ class LaunchShapes:
         """The JSON form `resolve` reads back (tune_launch_shapes returns it, a session records it)."""
         out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
                "attention": self.attention.as_dict(), "source": self.source,
-               "pdl": self.pdl if isinstance(self.pdl, bool) else {fmt: list(v) if isinstance(v, list) else v for fmt, v in self.pdl.items()}}
+               # per format, every one written (a format absent here is off; resolve would give it the table's)
+               "pdl": self.pdl if isinstance(self.pdl, bool) else {fmt: list(v) if isinstance(v, list) else v
+                                                                   for fmt, v in ((f, self.pdl.get(f, False)) for f in FORMATS)}}
         if self.norm:  # absent when every format's is "program": records made before the lever read the same
             out["norm"] = dict(self.norm)
         if any(self.pdl_prefetch.values()):  # absent when 0: records made before the lever read the same

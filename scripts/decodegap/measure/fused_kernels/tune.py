@@ -458,7 +458,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
         out["o_pairs"] = dict(under.o_pairs)
     if by_hidden:
         out["gemv_by_hidden"] = by_hidden
-    if pdl and any(table.pdl_prefetch.values()):
+    if pdl_available(device) is None and table.pdl_anywhere() and any(table.pdl_prefetch.values()):
         out.update(pdl_prefetch=dict(table.pdl_prefetch), pdl_prefetch_per_sm=table.pdl_prefetch_per_sm)
     if att_times:
         out["attention"] = _pick(att_times).as_dict()

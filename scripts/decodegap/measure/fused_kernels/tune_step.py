@@ -25,7 +25,10 @@ x_fp32, x_pairs, o_pairs and load_ahead (`lever_changes`). A stage on another GP
 default table, where every lever is off: on an H100 SXM5 (2026-12-05) the fused steps ran without PDL
 and without the pair reads, and a role's shape alone found nothing (every candidate within 0.6 %).
 The levers LaunchShapes takes per format and card width (WIDTH_LEVERS: PDL, the pair reads, x_fp32) are
-tried for the net's format and width and set for them alone, so each step decides them for itself.
+tried for the net's format and width and set for them alone, so each step decides them for itself; what
+comes with one is wider where the start lacks it (PDL's prefetch is per format, the pair reads' norm
+apart too), and such a change is not tried again where it would reach a step that declined it
+(`reaches_other_widths`).
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -124,13 +127,15 @@ def _on_somewhere(value: bool | dict, fmt: str) -> bool:
 
 def reaches_other_widths(change: dict, start: LaunchShapes | None = None) -> bool:
     """Whether a lever's change (as `lever_changes` gives it) sets anything for more than the format's
-    card widths it lists: a width lever given as true is every width's; the norm is the format's and
-    pdl_prefetch_per_sm every format's; the format's pdl_prefetch reaches the steps of the format that run
-    under PDL, none where `start` runs no step of it so (else, without `start`, every width's)."""
+    card widths it lists: a width lever given as true (or pdl as one bool) is every width's; the norm is
+    the format's; the format's pdl_prefetch reaches the steps of the format that run under PDL, and
+    pdl_prefetch_per_sm every step that does: none where `start` runs no such step (without `start`, all)."""
     for k, value in change.items():
-        if k in WIDTH_LEVERS and all(isinstance(v, list) for v in value.values()):
+        if k in WIDTH_LEVERS and isinstance(value, dict) and all(isinstance(v, list) for v in value.values()):
             continue
         if k == "pdl_prefetch" and start is not None and not any(_on_somewhere(start.pdl, fmt) for fmt in value):
+            continue
+        if k == "pdl_prefetch_per_sm" and start is not None and not start.pdl_anywhere():
             continue
         return True
     return False
@@ -155,7 +160,9 @@ def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device
     out, refused = [], []
     prefetch = mine(reference.pdl_prefetch)
     with_prefetch = {"pdl_prefetch": prefetch} if prefetch and prefetch != mine(start.pdl_prefetch) else {}
-    if with_prefetch and reference.pdl_prefetch_per_sm != start.pdl_prefetch_per_sm:
+    # the programs an SM that prefetch: one setting for every step, so the reference's comes only while no
+    # step runs under PDL, where it reaches none
+    if with_prefetch and reference.pdl_prefetch_per_sm != start.pdl_prefetch_per_sm and not start.pdl_anywhere():
         with_prefetch["pdl_prefetch_per_sm"] = reference.pdl_prefetch_per_sm
     if hidden is None:  # one setting for every step, as before the lever was per format and width
         wanted, has = reference.pdl_anywhere(), start.pdl_anywhere()
