@@ -494,7 +494,7 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
     # those alone, or with a norm or prefetch that no other step of the format runs, reaches no other
     # step, and refine_in_step tries it whatever another step declined; the row's not_tried names only
     # the levers it left out.
-    declined = {}  # (lever, format or "*": every format) -> why
+    declined = {}  # (lever, format) -> why
     for i, (width, quant) in enumerate(items):
         card = by_width[width]
         row = {"model": card.key, "hidden": width, "quant": quant, "read": REFINE_READS[quant], "ctx": ctx}
@@ -513,14 +513,14 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
                 built = (width, model.float() if device == "cpu" else model)  # float32 on the interpreter, as tune_step's tests
             net = FusedModel(built[1], get_weight_path(quant), ctx + 64, backend="triton", gemv_configs=spec, gpu=record["gpu"])
             fmt = REFINE_READS[quant]
-            not_tried = {lever: why for (lever, scope), why in declined.items() if scope in ("*", fmt)}
+            not_tried = {lever: why for (lever, of), why in declined.items() if of == fmt}
             refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
                                              time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
             for t in got["trials"]:
                 if "lever" in t and "x_current" in t and not t["taken"]:
-                    scope = fmt  # lever_changes sets the one setting of every format, pdl_prefetch_per_sm, only where it reaches no step
-                    declined.setdefault((t["lever"], scope), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
+                    # a format's own (lever_changes sets pdl_prefetch_per_sm, every step's, only where it reaches none)
+                    declined.setdefault((t["lever"], fmt), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
             row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
                        not_tried=sorted(t["lever"] for t in got["trials"] if "not_tried" in t),

@@ -307,7 +307,14 @@ class LaunchShapes:
 
     def pdl_anywhere(self) -> bool:
         """Whether any step runs under PDL (a device without it cannot run these shapes)."""
-        return self.pdl if isinstance(self.pdl, bool) else any(bool(v) for v in self.pdl.values())
+        return any(bool(v) for v in self.pdl_by_format().values())
+
+    def pdl_by_format(self) -> dict:
+        """The lever pdl as {format: true, false or [card widths]} for every format (one bool: every format's;
+        a format absent from a dict: off), the form a width lever's change merges into."""
+        if isinstance(self.pdl, bool):
+            return {fmt: self.pdl for fmt in FORMATS}
+        return {fmt: list(v) if isinstance(v, list) else v for fmt, v in ((f, self.pdl.get(f, False)) for f in FORMATS)}
 
     def x_fp32_for(self, fmt: str, hidden: int | None = None) -> bool:
         """Whether the step whose GEMVs read `fmt`, in a card of width `hidden`, writes their inputs as
@@ -380,8 +387,7 @@ class LaunchShapes:
         out = {"gemv": {fmt: {role: c.as_dict() for role, c in roles.items()} for fmt, roles in self.gemv.items()},
                "attention": self.attention.as_dict(), "source": self.source,
                # per format, every one written (a format absent here is off; resolve would give it the table's)
-               "pdl": self.pdl if isinstance(self.pdl, bool) else {fmt: list(v) if isinstance(v, list) else v
-                                                                   for fmt, v in ((f, self.pdl.get(f, False)) for f in FORMATS)}}
+               "pdl": self.pdl if isinstance(self.pdl, bool) else self.pdl_by_format()}
         if self.norm:  # absent when every format's is "program": records made before the lever read the same
             out["norm"] = dict(self.norm)
         if any(self.pdl_prefetch.values()):  # absent when 0: records made before the lever read the same
@@ -685,8 +691,7 @@ def resolve(spec, device, gpu_key: str | None = None) -> LaunchShapes:
     l2_ahead_mib.update({fmt: given for fmt in FORMATS} if not isinstance(given, dict) else given)  # a number: every format's
     given = spec.get("pdl", base.pdl)
     if isinstance(given, dict):  # per format (true, false or widths), over the table's: a bool there is every format's
-        pdl = {fmt: base.pdl for fmt in FORMATS} if isinstance(base.pdl, bool) else dict(base.pdl)
-        pdl.update(given)
+        pdl = {**base.pdl_by_format(), **given}
     elif isinstance(given, (bool, int)):
         pdl = bool(given)
     else:

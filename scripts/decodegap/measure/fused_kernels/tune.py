@@ -445,7 +445,8 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
     timings["attention"] = {_key(c): t for c, t in att_times.items()}
     # PDL is a property of the whole step (floor_limit.py's levers measure it), not of a kernel timed
     # alone: the choice keeps the table's, where the device can launch so
-    pdl = table.as_dict()["pdl"] if pdl_available(device) is None else False
+    can_pdl = pdl_available(device) is None
+    pdl = table.as_dict()["pdl"] if can_pdl else False
     out = {"gpu": gpu_key_of(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "sm_count": sm_count_of(device), "gemv": chosen, "pdl": pdl, "norm": norm, "x_fp32": under.x_fp32,
            "source": f"tune_launch_shapes on {device.type} {time.strftime('%Y-%m-%d')}",
@@ -458,7 +459,7 @@ def tune_launch_shapes(device, cards: list, budget_s: float = 60.0, *, formats=F
         out["o_pairs"] = dict(under.o_pairs)
     if by_hidden:
         out["gemv_by_hidden"] = by_hidden
-    if pdl_available(device) is None and table.pdl_anywhere() and any(table.pdl_prefetch.values()):
+    if can_pdl and table.pdl_anywhere() and any(table.pdl_prefetch.values()):
         out.update(pdl_prefetch=dict(table.pdl_prefetch), pdl_prefetch_per_sm=table.pdl_prefetch_per_sm)
     if att_times:
         out["attention"] = _pick(att_times).as_dict()

@@ -42,7 +42,7 @@ import time
 import torch
 
 from decodegap.measure.fused_kernels.common import pdl_available
-from decodegap.measure.fused_kernels.launch import FORMATS, GemvConfig, LaunchShapes, width_lever_on
+from decodegap.measure.fused_kernels.launch import GemvConfig, LaunchShapes, width_lever_on
 
 ROLE_ORDER = ("down", "o", "qkv", "gate_up", "lm_head")  # the roles with the most excess over a read first
 
@@ -109,20 +109,10 @@ WIDTH_LEVERS = ("pdl", "x_fp32", "x_pairs", "o_pairs")
 LEVER_NEEDS = {"x_pairs": ("norm",), "o_pairs": ("norm", "x_pairs")}
 
 
-def _per_format(value: bool | dict) -> dict:
-    """A width lever as {format: setting}: pdl may be one bool for every format."""
-    return {fmt: value for fmt in FORMATS} if isinstance(value, bool) else value
-
-
-def _widened(value: bool | dict, fmt: str, hidden: int) -> bool | list:
+def _widened(value: dict, fmt: str, hidden: int) -> bool | list:
     """A width lever's setting for `fmt` with the card width `hidden` added (True, every width, stays)."""
-    current = _per_format(value).get(fmt, False)
+    current = value.get(fmt, False)
     return True if current is True else sorted(set(current or []) | {hidden})
-
-
-def _on_somewhere(value: bool | dict, fmt: str) -> bool:
-    """Whether a width lever is on for `fmt` at any card width."""
-    return bool(_per_format(value).get(fmt, False))
 
 
 def reaches_other_widths(change: dict, start: LaunchShapes | None = None) -> bool:
@@ -133,7 +123,7 @@ def reaches_other_widths(change: dict, start: LaunchShapes | None = None) -> boo
     for k, value in change.items():
         if k in WIDTH_LEVERS and isinstance(value, dict) and all(isinstance(v, list) for v in value.values()):
             continue
-        if k == "pdl_prefetch" and start is not None and not any(_on_somewhere(start.pdl, fmt) for fmt in value):
+        if k == "pdl_prefetch" and start is not None and not any(start.pdl_by_format().get(fmt) for fmt in value):
             continue
         if k == "pdl_prefetch_per_sm" and start is not None and not start.pdl_anywhere():
             continue
@@ -168,8 +158,8 @@ def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device
         wanted, has = reference.pdl_anywhere(), start.pdl_anywhere()
         pdl_change = {"pdl": True}
     else:
-        wanted, has = _on_somewhere(reference.pdl, fmt), start.pdl_for(fmt, hidden)
-        pdl_change = {"pdl": {fmt: _widened(start.pdl, fmt, hidden)}}
+        wanted, has = bool(reference.pdl_by_format()[fmt]), start.pdl_for(fmt, hidden)
+        pdl_change = {"pdl": {fmt: _widened(start.pdl_by_format(), fmt, hidden)}}
     if wanted and not has:
         why = pdl_available(device)
         if why:
@@ -201,7 +191,7 @@ def lever_changes(start: LaunchShapes, reference: LaunchShapes, fmt: str, device
 def with_lever(shapes: LaunchShapes, change: dict, reference: LaunchShapes) -> LaunchShapes:
     """`shapes` with a lever of `lever_changes` on: dict fields merged key by key, and the reference's
     shapes for every read that `shapes` has none of (a pair read's own table comes with its lever)."""
-    fields = {k: ({**(_per_format(getattr(shapes, k)) if k == "pdl" else getattr(shapes, k)), **v} if isinstance(v, dict) else v)
+    fields = {k: ({**(shapes.pdl_by_format() if k == "pdl" else getattr(shapes, k)), **v} if isinstance(v, dict) else v)
               for k, v in change.items()}
     new_reads = set(reference.gemv) - set(shapes.gemv) - {r for fm in shapes.gemv_by_hidden.values() for r in fm}
     if new_reads:
