@@ -395,3 +395,55 @@ def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_
     assert report["x_start"] == pytest.approx(10.0 / 9.0)
     after = net.decode(*_token()).float()
     assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())
+
+
+def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_the_step_as_chosen():
+    """Levers act together: here x_fp32 slows the step without the pair reads and speeds it with them,
+    and it is tried before x_pairs. The first pass declines it, x_pairs is taken, and the second try,
+    against the step with the pair reads, takes it: the report names both, the retry is marked, and the
+    step still gives its logits. Where no lever is taken, none is timed twice."""
+    import torch
+
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 64, backend="triton")
+    start = net.shapes
+    pairs = {role: fk.GemvConfig(4, 256, 4) for role in ("qkv", "o", "gate_up", "down")}
+    reference = start.replace(x_pairs={"int4": True}, x_fp32={"int4": [256]}, norm={"int4": "apart"},
+                              gemv={**start.gemv, "int4_pairs": pairs})
+    before = net.decode(*_token()).float()
+
+    def ms():
+        net.decode(*_token())
+        pairs_on, fp32_on = net.shapes.x_pairs_for("int4", 256), net.shapes.x_fp32_for("int4", 256)
+        return (9.0 if pairs_on else 10.0) + ((-0.3 if pairs_on else 0.5) if fp32_on else 0.0)
+
+    spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=ms, levers_from=reference,
+                                     log=lambda m: None)
+    fp32_trials = [t for t in report["trials"] if t.get("lever") == "x_fp32"]
+    assert [t["taken"] for t in fp32_trials] == [False, True] and fp32_trials[1]["retry"] is True
+    assert set(report["levers"]) == {"x_pairs", "x_fp32"} and report["change"]["x_fp32"] == {"int4": [256]}
+    assert spec.x_pairs_for("int4", 256) and spec.x_fp32_for("int4", 256)
+    assert report["x_start"] == pytest.approx(10.0 / 8.7)
+    after = net.decode(*_token()).float()
+    assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())
+
+    # no lever helps: the step never changes, so each declined lever is timed once, not again
+    net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 64, backend="triton")
+    spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=lambda: 10.0,
+                                     levers_from=reference, log=lambda m: None)
+    timed = [t["lever"] for t in report["trials"] if "lever" in t]
+    assert {"x_fp32", "x_pairs"} <= set(timed) and len(timed) == len(set(timed)), timed
+    assert report["levers"] == [] and spec is net.shapes
+
+
+def test_a_lever_taken_on_its_second_try_is_not_a_decline_that_keeps_it_from_the_formats_other_steps():
+    """setup.refine_fused passes each format's declines to its next steps as not_tried; a lever's verdict
+    is its last timing, so one declined at first and taken when tried again is no decline."""
+    report = {"levers": ["x_pairs", "pdl"], "trials": [
+        {"lever": "pdl", "x_current": 0.986, "taken": False},
+        {"lever": "x_fp32", "x_current": 0.95, "taken": False},
+        {"lever": "x_pairs", "x_current": 1.14, "again": 1.12, "taken": True},
+        {"lever": "o_pairs", "error": "refused"},
+        {"lever": "pdl", "x_current": 1.02, "again": 1.02, "taken": True, "retry": True},
+        {"lever": "x_fp32", "x_current": 0.97, "taken": False, "retry": True},
+        {"role": "down", "read": "int4_pairs", "shape": {}, "x_current": 1.0}]}
+    assert fk.declined_levers(report) == {"x_fp32": 0.97}

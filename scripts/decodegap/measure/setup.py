@@ -517,10 +517,9 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
             refined, got = fk.refine_in_step(net, ctx, budget_s=max(share - (time.monotonic() - started), 1.0),  # the build counts
                                              time_ms=time_ms_for(net) if time_ms_for else None, levers_from=levers_from,
                                              not_tried=not_tried, log=lambda m: log(f"  {m}"))
-            for t in got["trials"]:
-                if "lever" in t and "x_current" in t and not t["taken"]:
-                    # a format's own (lever_changes sets pdl_prefetch_per_sm, every step's, only where it reaches none)
-                    declined.setdefault((t["lever"], fmt), f"{card.key} {quant}'s step: {t['x_current']:.3f}x, not taken")
+            for lever, ratio in fk.declined_levers(got).items():
+                # a format's own (lever_changes sets pdl_prefetch_per_sm, every step's, only where it reaches none)
+                declined.setdefault((lever, fmt), f"{card.key} {quant}'s step: {ratio:.3f}x, not taken")
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
             row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
                        not_tried=sorted(t["lever"] for t in got["trials"] if "not_tried" in t),

@@ -36,4 +36,4 @@ from decodegap.measure.fused_kernels.launch import (  # noqa: F401
     FORMATS, GEMV_CONFIGS, L2_AHEAD_AT, LAUNCH_SHAPES, LEVERS_FROM, NORMS, ROLES, AttentionConfig, GemvConfig, LaunchShapes, gpu_key_of, launch_shapes_for,
     resolve, sm_count_of)
 from decodegap.measure.fused_kernels.tune import tune_launch_shapes  # noqa: F401
-from decodegap.measure.fused_kernels.tune_step import refine_in_step  # noqa: F401
+from decodegap.measure.fused_kernels.tune_step import declined_levers, refine_in_step  # noqa: F401
