@@ -34,6 +34,9 @@
 # copy. The packed environment record is this machine's: ingest adds it beside the others (records are
 # data, never replaced), and the sessions of this machine name it.
 set -u
+# the commit the sessions record, written out in full (a collect call passes its daemon's): checked before
+# anything runs, as a call without it would otherwise stop at the first use with "unbound variable"
+[[ "${SHA:-}" =~ ^[0-9a-f]{40}$ ]] || { echo "envs/lent_gpu.sh: SHA='${SHA:-}' is not a full commit: pass SHA=<the 40-digit commit the tree holds>, the daemon's for a collect call" >&2; exit 2; }
 START=$(date +%s); END=$(( START + ${BUDGET_S:-545} ))
 # the GPU type: config/gpus.yaml's key for this device's name (a call that asks for one kind may land on
 # another: an H200 call ran on an H100 on 2026-12-05); an unknown device stops the call, naming it

@@ -137,3 +137,20 @@ def test_a_device_name_gives_its_gpu_type_and_an_unknown_one_a_clear_error(capsy
     assert main_gpu_key(["gpu-key", "NVIDIA H100 80GB HBM3"]) == 0 and capsys.readouterr().out.strip() == "h100-sxm5"
     assert main_gpu_key(["gpu-key", "NVIDIA B200"]) == 2 and "'NVIDIA B200'" in capsys.readouterr().err
     assert main_gpu_key([]) == 2 and "usage" in capsys.readouterr().err
+
+
+def test_a_lent_gpu_call_without_a_full_commit_stops_at_once_naming_sha():
+    """envs/lent_gpu.sh records SHA as every session's commit: a call without it (a collect call sent
+    bare on 2026-12-06) or with a short one stops before touching the device, with exit 2 and a message
+    that names SHA, not bash's "unbound variable" halfway through."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "SHA"}
+    for sha in (None, "1e3deed", "1e3deed1d84c038ef3c4e13efd8b3cf7f38ad46Z"):
+        run = subprocess.run(["bash", "-c", ". envs/lent_gpu.sh; echo reached"], cwd=root, capture_output=True, text=True,
+                             env={**env, **({"SHA": sha} if sha else {})}, timeout=30)
+        assert run.returncode == 2 and "reached" not in run.stdout, (sha, run)
+        assert "SHA=" in run.stderr and "full commit" in run.stderr, run.stderr
