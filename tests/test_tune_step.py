@@ -416,10 +416,16 @@ def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_th
         pairs_on, fp32_on = net.shapes.x_pairs_for("int4", 256), net.shapes.x_fp32_for("int4", 256)
         return (9.0 if pairs_on else 10.0) + ((-0.3 if pairs_on else 0.5) if fp32_on else 0.0)
 
-    spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=ms, levers_from=reference,
+    spec, report = fk.refine_in_step(net, 20, candidates={"int4_pairs": [fk.GemvConfig(2, 256, 4)]}, roles=("down",), repeats=1,
+                                     time_ms=ms, levers_from=reference,
                                      log=lambda m: None)
     fp32_trials = [t for t in report["trials"] if t.get("lever") == "x_fp32"]
     assert [t["taken"] for t in fp32_trials] == [False, True] and fp32_trials[1]["retry"] is True
+    # the norm apart, declined first, came whole with x_pairs: not timed again against the same step
+    assert [t["taken"] for t in report["trials"] if t.get("lever") == "norm"] == [False]
+    # the retry comes before the roles climb (their climb spends the rest of the budget)
+    order = [t.get("lever") or t.get("role") for t in report["trials"]]
+    assert order.index("down") > max(i for i, t in enumerate(report["trials"]) if t.get("retry"))
     assert set(report["levers"]) == {"x_pairs", "x_fp32"} and report["change"]["x_fp32"] == {"int4": [256]}
     assert spec.x_pairs_for("int4", 256) and spec.x_fp32_for("int4", 256)
     assert report["x_start"] == pytest.approx(10.0 / 8.7)
@@ -436,8 +442,9 @@ def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_th
 
 
 def test_a_lever_taken_on_its_second_try_is_not_a_decline_that_keeps_it_from_the_formats_other_steps():
-    """setup.refine_fused passes each format's declines to its next steps as not_tried; a lever's verdict
-    is its last timing, so one declined at first and taken when tried again is no decline."""
+    """tune_step.declined_levers, what setup.refine_fused passes to the format's next steps as not_tried:
+    a lever's verdict is its last timing, so one declined at first and taken when tried again is no
+    decline; an error or a role's trial is none either."""
     report = {"levers": ["x_pairs", "pdl"], "trials": [
         {"lever": "pdl", "x_current": 0.986, "taken": False},
         {"lever": "x_fp32", "x_current": 0.95, "taken": False},

@@ -28,9 +28,9 @@ The levers LaunchShapes takes per format and card width (WIDTH_LEVERS: PDL, the 
 tried for the net's format and width and set for them alone, so each step decides them for itself; what
 comes with one is wider where the start lacks it (PDL's prefetch is per format, the pair reads' norm
 apart too), and such a change is not tried again where it would reach a step that declined it
-(`reaches_other_widths`). Levers act together, so a lever declined is tried once more after the
-roles, against the step as chosen, when a later lever or shape changed it (H100, 2026-12-06: Qwen-2.5-7B's
-int4 step declined PDL at 0.986x before taking its pair reads).
+(`reaches_other_widths`). Levers act together, so a lever declined before a later one was taken is
+tried once more against the step with it, before the roles climb (H100, 2026-12-06: Qwen-2.5-7B's int4
+step declined PDL at 0.986x before taking its pair reads).
 
 On a CPU (Triton's interpreter) the steps are timed on the host: the mechanics, for tests, no GPU figure.
 """
@@ -234,9 +234,9 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
     the start's and the end's step timed side by side, and `change`: the roles that differ from the
     start, as a launch-shapes dict over the GPU's table (a lever for floor_limit.py, exact when the net
     started from its GPU's table, as floor_limit's refine part builds it). `levers_from`: the table whose
-    levers are tried first (module docstring), and a lever declined there is tried once more at the end
-    when a later lever or shape changed the step (a trial with `retry`); the report's `levers` names
-    those taken. `not_tried`
+    levers are tried first (module docstring), and a lever declined before a later one was taken is
+    tried once more against the step with it, before the roles (a trial with `retry`); the report's
+    `levers` names those taken. `not_tried`
     (lever name -> why) leaves levers out, each a trial with its reason (setup.refine_fused: a lever
     that another card's step did not take)."""
     t0 = time.perf_counter()
@@ -264,14 +264,14 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
         taken = ratio >= 1 + min_gain and again >= 1 + min_gain
         trials.append({"lever": name, "change": change, "x_current": ratio, **({"again": again} if ratio >= 1 + min_gain else {}),
                        "taken": taken, **({"retry": True} if retry else {})})
-        log(f"refine lever {name}{' again, after the later choices' if retry else ''}: {ratio:.3f}x the current step"
+        log(f"refine lever {name}{' again, after the later levers' if retry else ''}: {ratio:.3f}x the current step"
             + (f", again {again:.3f}x" if ratio >= 1 + min_gain else "") + (": taken" if taken else ": not taken"))
         if taken:
             spec = trial
             levers[name] = change
         return taken
 
-    declined = []  # (name, change, the spec it was declined against): tried once more if the step changed since
+    declined = []  # (name, change, the spec it was declined against): tried once more if a later lever changed it
     for name, change in changes:
         if name in (not_tried or {}) and reaches_other_widths(change, spec):  # one for this width alone reaches no other step
             trials.append({"lever": name, "not_tried": not_tried[name]})
@@ -282,6 +282,18 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
             continue
         if try_lever(name, change) is False:
             declined.append((name, change, spec))
+    # levers act together: one declined before a later lever was taken is tried once more against the step
+    # with it (H100, 2026-12-06: Qwen-2.5-7B's int4 step declined PDL at 0.986x before it took its pair
+    # reads, while earlier code's sessions ran that step 3-5 % faster with PDL). Here, before the roles
+    # climb, since their climb spends what is left of the budget; not where the lever's whole change has
+    # since come with another (the norm with x_pairs): that would time the step against itself
+    for name, change, declined_on in declined:
+        if spec is declined_on or with_lever(spec, change, levers_from) == spec:
+            continue
+        if time.perf_counter() - t0 > budget_s:
+            skipped.append(f"lever {name} again")
+            continue
+        try_lever(name, change, retry=True)
     net.set_launch_shapes(spec)  # a lever taken may change the roles' reads (x_pairs)
     reads = dict(net.gemv_read)
     for role in roles:
@@ -325,18 +337,6 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
             if not taken:
                 break
             spec = trial
-    # levers act together: a lever declined against a step that a later lever or shape changed is tried
-    # once more against the final one (H100, 2026-12-06: Qwen-2.5-7B's int4 step declined PDL at 0.986x
-    # before it took its pair reads, while earlier code's sessions ran that step 3-5 % faster with PDL)
-    for name, change, declined_on in declined:
-        if spec is declined_on:
-            continue
-        if time.perf_counter() - t0 > budget_s:
-            skipped.append(f"lever {name} again")
-            continue
-        try_lever(name, change, retry=True)
-    net.set_launch_shapes(spec)
-    reads = dict(net.gemv_read)  # a lever taken again may change the roles' reads
     end_ratio, start_ms, end_ms = 1.0, [], []
     if spec is not start:
         try:
