@@ -397,11 +397,12 @@ def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_
     assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())
 
 
-def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_the_step_as_chosen():
+def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_the_step_with_it():
     """Levers act together: here x_fp32 slows the step without the pair reads and speeds it with them,
     and it is tried before x_pairs. The first pass declines it, x_pairs is taken, and the second try,
-    against the step with the pair reads, takes it: the report names both, the retry is marked, and the
-    step still gives its logits. Where no lever is taken, none is timed twice."""
+    against the step with the pair reads and before the roles climb, takes it: the report names both, the
+    retry is marked, and the step still gives its logits. The norm, declined first and then brought whole
+    by x_pairs, is not timed against the same step again; where no lever is taken, none is timed twice."""
     import torch
 
     net = FusedModel(build_model(WIDE, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 64, backend="triton")

@@ -252,18 +252,19 @@ def refine_in_step(net, ctx: int, *, candidates: dict | None = None, roles=ROLE_
         """The step with the lever on against the current spec, taken when faster by the margin twice;
         None when the kernels or the GPU refuse it (a result, not a stop)."""
         nonlocal spec
+        mark = {"retry": True} if retry else {}
         trial = with_lever(spec, change, levers_from)
         try:
             ratio, _, _ = compare(net, time_ms, spec, trial, repeats)
             if ratio >= 1 + min_gain:
                 again, _, _ = compare(net, time_ms, spec, trial, repeats)
         except Exception as exc:  # noqa: BLE001 - a lever the kernels or the GPU refuse is a result, not a stop
-            trials.append({"lever": name, "error": _first_line(exc), **({"retry": True} if retry else {})})
+            trials.append({"lever": name, "error": _first_line(exc), **mark})
             log(f"refine lever {name}: {_first_line(exc)[:120]}")
             return None
         taken = ratio >= 1 + min_gain and again >= 1 + min_gain
         trials.append({"lever": name, "change": change, "x_current": ratio, **({"again": again} if ratio >= 1 + min_gain else {}),
-                       "taken": taken, **({"retry": True} if retry else {})})
+                       "taken": taken, **mark})
         log(f"refine lever {name}{' again, after the later levers' if retry else ''}: {ratio:.3f}x the current step"
             + (f", again {again:.3f}x" if ratio >= 1 + min_gain else "") + (": taken" if taken else ": not taken"))
         if taken:
