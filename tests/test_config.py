@@ -154,3 +154,51 @@ def test_a_lent_gpu_call_without_a_full_commit_stops_at_once_naming_sha():
                              env={**env, **({"SHA": sha} if sha else {})}, timeout=30)
         assert run.returncode == 2 and "reached" not in run.stdout, (sha, run)
         assert "SHA=" in run.stderr and "full commit" in run.stderr, run.stderr
+
+
+def test_a_pinned_tree_holds_the_commits_code_and_this_checkouts_manifest_and_refuses_another_commit():
+    """envs/pin_code.sh builds the tree a lent-GPU call runs an earlier commit's code from (a second
+    machine for a sources version): the commit's committed sources (what the sessions will record,
+    whatever this checkout has edited since), this checkout's manifest (so the batch skips every session
+    recorded since) and environment records, no raw sessions; run again, it refreshes the manifest;
+    a folder of another commit, an unknown commit or a folder outside .pinned* is refused by name."""
+    import shutil
+    import subprocess
+    import uuid
+    from pathlib import Path
+
+    import pytest
+
+    from decodegap.core.sources import _blob_sha256, _committed_sources, sha256_file, source_files, sources_sha256
+
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if len(head) != 40:
+        pytest.skip("not a git checkout: nothing to pin")
+    name = f".pinned-test-{uuid.uuid4().hex[:8]}"
+    pin = lambda *a: subprocess.run(["bash", "envs/pin_code.sh", *a], cwd=root, capture_output=True, text=True, timeout=120)  # noqa: E731
+    try:
+        run = pin("HEAD", name)
+        assert run.returncode == 0, run.stderr
+        tree = root / name
+        assert (tree / ".pinned_sha").read_text().strip() == head
+        assert not (tree / "results" / "raw").exists() and (tree / "envs" / "lent_gpu.sh").is_file()
+        assert (tree / "results" / "raw.sha256").read_bytes() == (root / "results" / "raw.sha256").read_bytes()
+        assert {p.name for p in (tree / "results" / "environment").glob("*.json")} >= {p.name for p in (root / "results" / "environment").glob("*.json")}
+        files = {str(p.relative_to(tree)): sha256_file(p) for p in source_files(tree)}
+        committed = {p: _blob_sha256(root, blob) for p, blob in _committed_sources(root, head).items()}
+        assert files == committed and sources_sha256(files)[:8] in run.stdout and f'carry=["{name}"]' in run.stdout
+        (tree / "results" / "raw.sha256").write_text("")  # a manifest from before the last ingest
+        again = pin(head, name)
+        assert again.returncode == 0 and (tree / "results" / "raw.sha256").read_bytes() == (root / "results" / "raw.sha256").read_bytes()
+        parent = subprocess.run(["git", "-C", str(root), "rev-parse", "-q", "--verify", "HEAD~1"], capture_output=True, text=True).stdout.strip()
+        if parent:
+            other = pin(parent, name)
+            assert other.returncode == 3 and name in other.stderr and head in other.stderr and parent in other.stderr
+            assert (tree / ".pinned_sha").read_text().strip() == head  # the folder kept its commit
+    finally:
+        shutil.rmtree(root / name, ignore_errors=True)
+    bad = pin("0" * 40, name)
+    assert bad.returncode == 2 and "0" * 40 in bad.stderr and not (root / name).exists()
+    outside = pin("HEAD", "results/pinned")
+    assert outside.returncode == 2 and "results/pinned" in outside.stderr and not (root / "results" / "pinned").exists()
