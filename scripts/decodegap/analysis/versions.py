@@ -1,0 +1,208 @@
+"""Which version of the measured code each cell's headline takes, and what the newer versions still lack.
+
+    python -m decodegap.analysis.versions [--gpu h200] [--mode ab-graphed-fused] [--raw results/raw]
+
+A cell of decodegap's own kernels reports the newest sources version with two or more completed sessions
+(stats.newest_code_sessions), and an interval is only as good as its machines: a version recorded on one
+machine waits, footnoted, while the headline stays on older code. Before a lent-GPU call, this says, per
+GPU type and mode, which version heads each cell and on how many machines, which newer versions wait and
+for what, and the call that completes each: the commit to pin (envs/pin_code.sh), the environment record
+its first machine ran (SHAPES_FROM, so both machines run one set of launch shapes), and the batch lines
+with each cell's next free session number. It reads the raw sessions only (no report build needed);
+2026-12-06's plans were made by hand from the same fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from decodegap.analysis.stats import NEWEST_CODE_MIN_SESSIONS
+from decodegap.core import paths
+from decodegap.core.cells import OWN_KERNELS, arms_of
+from decodegap.core.config import REPO_ROOT, ConfigError
+from decodegap.core.paths import CELL_KEYS
+from decodegap.core.sources import sha256_file, source_files, sources_sha256
+
+
+def completed(record: dict) -> bool:
+    """A session whose timed loop ran to the end (stats' scope `completed`): valid, or invalid only for
+    its spread ("unstable: ..."); a session that failed (out of memory, a refused kernel) is not."""
+    if record.get("status") == "valid":
+        return True
+    reasons = record.get("reasons") or []
+    return bool(reasons) and all(str(r).startswith("unstable:") for r in reasons)
+
+
+def scan(raw: Path, gpu: str | None = None, mode: str | None = None) -> list[dict]:
+    """One row per session file under `raw` (results/raw/ by the path grammar), filtered by GPU type and
+    mode before a file is read: its cell, number, whether it completed, and what ran it (sources hash,
+    commit, GPU UUID, environment record's file name, start time). A file that is not a session's path is
+    skipped; one that is but does not parse is an error naming it (ingest would have refused it)."""
+    rows = []
+    for path in sorted(raw.glob("*/*/ctx*/*/s*.json")):
+        keys = paths.parse_session_path(path)  # the grammar's results/raw/... within the path
+        if keys is None or (gpu and keys["gpu"] != gpu) or (mode and keys["mode"] != mode):
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"{path}: not a readable session record ({exc})") from exc
+        env = rec.get("environment") or {}
+        code = rec.get("code") or {}
+        rows.append({**{k: keys[k] for k in CELL_KEYS}, "session": keys["session"], "completed": completed(rec),
+                     "sources": code.get("sources_sha256") or "unknown", "commit": code.get("commit") or "unknown",
+                     "machine": (env.get("gpu") or {}).get("uuid") or "unknown",
+                     "record": Path((env.get("environment_record") or {}).get("path") or "none").name,
+                     "started": (rec.get("time") or {}).get("started_utc") or ""})
+    return rows
+
+
+def own_kernels(mode: str) -> bool:
+    """Whether a mode's cells read an arm of decodegap's own kernels, whose headline is the newest version
+    with two sessions; every other cell pools the completed sessions of every version (stats)."""
+    try:
+        return any(arm in OWN_KERNELS for arm in arms_of(mode))
+    except ConfigError:
+        return False
+
+
+def cell_versions(rows: list[dict]) -> dict:
+    """cell key tuple -> {"versions": [newest first: {sources, sessions, machines, commits, records,
+    first}], "headline": the sources hash the report heads the cell with, or None (one version only:
+    every completed session is the headline), "next": the cell's next free session number}. Versions are
+    ordered by their last completed session's start, as stats orders them."""
+    by_cell: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_cell[tuple(r[k] for k in CELL_KEYS)].append(r)
+    out = {}
+    for cell, sessions in by_cell.items():
+        versions: dict[str, list[dict]] = defaultdict(list)
+        for s in sessions:
+            if s["completed"] and s["sources"] != "unknown":
+                versions[s["sources"]].append(s)
+        ordered = sorted(versions, key=lambda v: max((s["started"], s["session"]) for s in versions[v]), reverse=True)
+        listing = [{"sources": v, "sessions": len(versions[v]),
+                    "machines": sorted({s["machine"] for s in versions[v]}),
+                    "commits": sorted({s["commit"] for s in versions[v]}),
+                    "records": sorted({s["record"] for s in versions[v]}),
+                    "first": min(versions[v], key=lambda s: (s["started"], s["session"]))} for v in ordered]
+        headline = next((v["sources"] for v in listing if v["sessions"] >= NEWEST_CODE_MIN_SESSIONS), None)
+        if not own_kernels(cell[CELL_KEYS.index("mode")]):
+            headline = None  # pooled whatever the versions
+        elif len(listing) == 1:
+            headline = listing[0]["sources"]
+        pooled = {m for v in listing for m in v["machines"]}
+        out[cell] = {"versions": listing, "headline": headline, "pooled_machines": sorted(pooled),
+                     "next": max(s["session"] for s in sessions) + 1}
+    return out
+
+
+def wanting(cells: dict) -> dict:
+    """sources hash -> the cells where that version, the cell's newest, wants another machine: it is newer
+    than the cell's headline and waits (or no version has two sessions, and the cell pools them all), or
+    it is the headline and ran on one machine only. An older version is never asked for: once the newest
+    has its second machine it heads the cell. A cell that pools every version (not an own kernel's, or
+    none with two sessions) wants another machine only while all its sessions ran on one; any code
+    serves it, so those come under "any". Each entry: (cell, the version's listing, the cell's next free
+    session number)."""
+    out: dict[str, list] = defaultdict(list)
+    for cell, info in cells.items():
+        if not info["versions"]:
+            continue
+        newest = info["versions"][0]
+        if not own_kernels(cell[CELL_KEYS.index("mode")]):
+            if len(info["pooled_machines"]) < 2:
+                out["any"].append((cell, newest, info["next"]))
+        elif newest["sources"] != info["headline"] or len(newest["machines"]) < 2:
+            out[newest["sources"]].append((cell, newest, info["next"]))
+    return out
+
+
+def current_sources(root: Path = REPO_ROOT) -> str:
+    """The sources hash this checkout's files would record (measure.codeversion's)."""
+    return sources_sha256({str(p.relative_to(root)): sha256_file(p) for p in source_files(root)})
+
+
+def batch_lines(entries: list) -> list[str]:
+    """The `B ...` lines (envs/lent_gpu.sh) that record one more session of each cell, at its next free
+    number: cells grouped by path, weight path and number, then contexts with the same cards merged."""
+    groups: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
+    for cell, _, nxt in entries:
+        _, model, ctx, attn, quant, mode = cell
+        groups[(mode, attn, quant, nxt)][ctx].add(model)
+    lines = []
+    for (mode, attn, quant, nxt), by_ctx in sorted(groups.items()):
+        merged: dict[tuple, list] = defaultdict(list)
+        for ctx, models in sorted(by_ctx.items()):
+            merged[tuple(sorted(models))].append(ctx)
+        for models, ctxs in merged.items():
+            lines.append(f"B --models {' '.join(models)} --ctx {' '.join(map(str, ctxs))} --modes {mode} --attn {attn} "
+                         f"--quant {quant} --sessions {nxt}")
+    return lines
+
+
+def report(rows: list[dict], here: str | None = None) -> str:
+    """The plan as text, per GPU type and mode; `here`: this checkout's sources hash (a version that is
+    this checkout's code needs no pinned tree)."""
+    here = here or current_sources()
+    out = []
+    for gpu, mode in sorted({(r["gpu"], r["mode"]) for r in rows}):
+        cells = cell_versions([r for r in rows if (r["gpu"], r["mode"]) == (gpu, mode)])
+        out.append(f"{gpu} {mode}: {len(cells)} cells")
+        if own_kernels(mode):
+            heads: dict[str, list] = defaultdict(list)
+            for cell, info in cells.items():
+                v = next((v for v in info["versions"] if v["sources"] == info["headline"]), None)
+                heads[info["headline"] or "pooled"].append(len(v["machines"]) if v else len(info["pooled_machines"]))
+            for h, machines in sorted(heads.items(), key=lambda kv: -len(kv[1])):
+                out.append(f"  headline {h[:8]}: {len(machines)} cells, on {min(machines)}-{max(machines)} machines" if h != "pooled" else
+                           f"  no version with {NEWEST_CODE_MIN_SESSIONS} sessions: {len(machines)} cells pool every version's sessions "
+                           f"(on {min(machines)}-{max(machines)} machines)")
+        else:
+            n = [len(info["pooled_machines"]) for info in cells.values()]
+            out.append(f"  not an own kernel's cell: each pools every version's completed sessions, on {min(n)}-{max(n)} machines"
+                       + (" (0: none completed, a failure recorded)" if min(n) == 0 else ""))
+        wants = wanting(cells)
+        for version, entries in sorted(wants.items(), key=lambda kv: -len(kv[1])):
+            if version == "any":
+                out.append(f"  {len(entries)} cells ran on one machine: any code records a second")
+            else:
+                first = min((e[1]["first"] for e in entries), key=lambda s: (s["started"], s["session"]))
+                machines = sorted({m for e in entries for m in e[1]["machines"]})
+                waits = sum(1 for cell, _, _ in entries if cells[cell]["headline"] != version)
+                commits = sorted({c for e in entries for c in e[1]["commits"]})
+                out.append(f"  {version[:8]}, the newest in {len(entries)} cells, wants another machine ({waits} of them headed by "
+                           f"older code or pooled); ran on {', '.join(m[:12] for m in machines)}, commits {', '.join(c[:7] for c in commits)}")
+                shapes = f"SHAPES_FROM=results/environment/{first['record']} " if first["record"] != "none" else ""
+                if version == here:
+                    out.append(f"    this checkout's code: SHA=<HEAD> TUNE_S=0 {shapes}bash -c '. envs/lent_gpu.sh; stage; ...'")
+                else:
+                    out.append(f"    bash envs/pin_code.sh {first['commit']}")
+                    out.append(f"    cd .pinned && SHA={first['commit']} TUNE_S=0 {shapes}bash -c '. envs/lent_gpu.sh; stage; ...'")
+            out.extend(f"      {line}" for line in batch_lines(entries))
+        if not wants:
+            out.append("  every cell's newest version heads it, on two or more machines" if own_kernels(mode)
+                       else "  every cell with a completed session ran on two or more machines")
+    return "\n".join(out) if out else "no sessions match"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m decodegap.analysis.versions", description=__doc__.split("\n\n")[0])
+    p.add_argument("--raw", default="results/raw", help="the raw sessions' folder (default: %(default)s)")
+    p.add_argument("--gpu", default=None, help="one GPU type (config/gpus.yaml key)")
+    p.add_argument("--mode", default="ab-graphed-fused", help="one mode (default: %(default)s; 'all' for every mode)")
+    args = p.parse_args(argv)
+    raw = Path(args.raw)
+    if not raw.is_dir() or raw.resolve().as_posix().split("/")[-2:] != ["results", "raw"]:
+        p.error(f"--raw {raw}: not a results/raw folder")
+    rows = scan(raw.resolve(), args.gpu, None if args.mode == "all" else args.mode)
+    print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
