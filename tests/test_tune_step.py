@@ -365,6 +365,20 @@ def test_a_gpu_type_without_a_measured_table_is_offered_the_measured_tables_leve
         tune_step.pdl_available = real
 
 
+def _each_shapes_once(net):
+    """A step for a test's timer: the net's real step the first time each set of launch shapes is timed
+    (a lever the kernels refuse raises there), not again at every timing (the interpreter takes seconds a
+    step); and the set of shapes that ran."""
+    ran = set()
+
+    def step():
+        if repr(net.shapes) not in ran:
+            ran.add(repr(net.shapes))
+            net.decode(*_token())
+
+    return step, ran
+
+
 def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_not_and_the_step_still_computes_the_same():
     """With levers_from, the int4 step tries x_pairs (with the norm apart it needs; its reads become
     int4_pairs, with the reference's shapes for them) and x_fp32 before the roles; the timer favours x_pairs and not x_fp32, so only x_pairs
@@ -379,8 +393,10 @@ def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_
                               gemv={**start.gemv, "int4_pairs": pairs})
     before = net.decode(*_token()).float()
 
+    step, ran = _each_shapes_once(net)
+
     def ms():
-        net.decode(*_token())  # the real step: a lever the kernels refuse would raise here
+        step()  # the real step: a lever the kernels refuse would raise here
         return (9.0 if net.shapes.x_pairs_for("int4", 256) else 10.0) + (0.5 if net.shapes.x_fp32_for("int4", 256) else 0.0)
 
     spec, report = fk.refine_in_step(net, 20, candidates={}, roles=("down",), repeats=1, time_ms=ms, levers_from=reference,
@@ -393,6 +409,7 @@ def test_the_refinement_takes_a_lever_that_speeds_the_step_leaves_one_that_does_
     by_lever = {t["lever"]: t for t in report["trials"] if "lever" in t}
     assert "CUDA GPU" in by_lever["pdl"]["error"] and by_lever["x_fp32"]["taken"] is False
     assert report["x_start"] == pytest.approx(10.0 / 9.0)
+    assert len(ran) >= 3  # the start, with x_pairs, with x_fp32: each lever's step ran
     after = net.decode(*_token()).float()
     assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())
 
@@ -412,8 +429,10 @@ def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_th
                               gemv={**start.gemv, "int4_pairs": pairs})
     before = net.decode(*_token()).float()
 
+    step, ran = _each_shapes_once(net)
+
     def ms():
-        net.decode(*_token())
+        step()
         pairs_on, fp32_on = net.shapes.x_pairs_for("int4", 256), net.shapes.x_fp32_for("int4", 256)
         return (9.0 if pairs_on else 10.0) + ((-0.3 if pairs_on else 0.5) if fp32_on else 0.0)
 
@@ -430,6 +449,7 @@ def test_a_lever_declined_before_a_later_one_was_taken_is_tried_again_against_th
     assert set(report["levers"]) == {"x_pairs", "x_fp32"} and report["change"]["x_fp32"] == {"int4": [256]}
     assert spec.x_pairs_for("int4", 256) and spec.x_fp32_for("int4", 256)
     assert report["x_start"] == pytest.approx(10.0 / 8.7)
+    assert len(ran) >= 4  # the start, x_fp32 alone, x_pairs, both: each combination's step ran
     after = net.decode(*_token()).float()
     assert torch.allclose(after, before, rtol=1e-3, atol=1e-3 * before.abs().max().item())
 
