@@ -48,8 +48,7 @@ mkdir -p "$DIR/results/environment"
 cp results/raw.sha256 "$DIR/results/raw.sha256"
 cp results/environment/*.json "$DIR/results/environment/"
 sources=$(PYTHONPATH=scripts python3 -c 'import sys; from pathlib import Path
-from decodegap.core.sources import sha256_file, source_files, sources_sha256
-root = Path(sys.argv[1]).resolve()
-print(sources_sha256({str(p.relative_to(root)): sha256_file(p) for p in source_files(root)}))' "$DIR")
+from decodegap.core.sources import source_hashes, sources_sha256
+print(sources_sha256(source_hashes(Path(sys.argv[1]).resolve())))' "$DIR")
 echo "$DIR: commit $SHA, measurement sources ${sources:0:8}, manifest of $(wc -l < "$DIR/results/raw.sha256") files"
 echo "a call: run(carry=[\"$DIR\"], command=\"cd $DIR && SHA=$SHA [SHAPES_FROM=results/environment/<record>.json] bash -c '. envs/lent_gpu.sh; stage; B ...'\")"

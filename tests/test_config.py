@@ -169,7 +169,7 @@ def test_a_pinned_tree_holds_the_commits_code_and_this_checkouts_manifest_and_re
 
     import pytest
 
-    from decodegap.core.sources import _blob_sha256, _committed_sources, sha256_file, source_files, sources_sha256
+    from decodegap.core.sources import _blob_sha256, _committed_sources, source_hashes, sources_sha256
 
     root = Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -185,7 +185,7 @@ def test_a_pinned_tree_holds_the_commits_code_and_this_checkouts_manifest_and_re
         assert not (tree / "results" / "raw").exists() and (tree / "envs" / "lent_gpu.sh").is_file()
         assert (tree / "results" / "raw.sha256").read_bytes() == (root / "results" / "raw.sha256").read_bytes()
         assert {p.name for p in (tree / "results" / "environment").glob("*.json")} >= {p.name for p in (root / "results" / "environment").glob("*.json")}
-        files = {str(p.relative_to(tree)): sha256_file(p) for p in source_files(tree)}
+        files = source_hashes(tree)
         committed = {p: _blob_sha256(root, blob) for p, blob in _committed_sources(root, head).items()}
         assert files == committed and sources_sha256(files)[:8] in run.stdout and f'carry=["{name}"]' in run.stdout
         (tree / "results" / "raw.sha256").write_text("")  # a manifest from before the last ingest

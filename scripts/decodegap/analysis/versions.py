@@ -20,12 +20,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from decodegap.analysis.stats import NEWEST_CODE_MIN_SESSIONS
+from decodegap.analysis.stats import NEWEST_CODE_MIN_SESSIONS, _only_unstable, newest_code_sessions
 from decodegap.core import paths
 from decodegap.core.cells import OWN_KERNELS, arms_of
 from decodegap.core.config import REPO_ROOT, ConfigError
 from decodegap.core.paths import CELL_KEYS
-from decodegap.core.sources import sha256_file, source_files, sources_sha256
+from decodegap.core.sources import source_hashes, sources_sha256
 
 
 def completed(record: dict) -> bool:
@@ -34,7 +34,7 @@ def completed(record: dict) -> bool:
     if record.get("status") == "valid":
         return True
     reasons = record.get("reasons") or []
-    return bool(reasons) and all(str(r).startswith("unstable:") for r in reasons)
+    return bool(reasons) and _only_unstable("; ".join(map(str, reasons)))
 
 
 def scan(raw: Path, gpu: str | None = None, mode: str | None = None) -> list[dict]:
@@ -72,31 +72,34 @@ def own_kernels(mode: str) -> bool:
 
 def cell_versions(rows: list[dict]) -> dict:
     """cell key tuple -> {"versions": [newest first: {sources, sessions, machines, commits, records,
-    first}], "headline": the sources hash the report heads the cell with, or None (one version only:
-    every completed session is the headline), "next": the cell's next free session number}. Versions are
-    ordered by their last completed session's start, as stats orders them."""
+    first}], "headline": the sources hash the report heads the cell with (stats.newest_code_sessions; a
+    single version heads its cell), or None where the cell pools every version (not an own kernel's, or
+    no version with enough sessions), "pooled_machines", "next": the cell's next free session number}.
+    Versions are ordered by their last completed session's start, as stats orders them."""
     by_cell: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         by_cell[tuple(r[k] for k in CELL_KEYS)].append(r)
     out = {}
     for cell, sessions in by_cell.items():
+        done = [s for s in sessions if s["completed"] and s["sources"] != "unknown"]
         versions: dict[str, list[dict]] = defaultdict(list)
-        for s in sessions:
-            if s["completed"] and s["sources"] != "unknown":
-                versions[s["sources"]].append(s)
+        for s in done:
+            versions[s["sources"]].append(s)
         ordered = sorted(versions, key=lambda v: max((s["started"], s["session"]) for s in versions[v]), reverse=True)
         listing = [{"sources": v, "sessions": len(versions[v]),
                     "machines": sorted({s["machine"] for s in versions[v]}),
                     "commits": sorted({s["commit"] for s in versions[v]}),
                     "records": sorted({s["record"] for s in versions[v]}),
                     "first": min(versions[v], key=lambda s: (s["started"], s["session"]))} for v in ordered]
-        headline = next((v["sources"] for v in listing if v["sessions"] >= NEWEST_CODE_MIN_SESSIONS), None)
         if not own_kernels(cell[CELL_KEYS.index("mode")]):
             headline = None  # pooled whatever the versions
         elif len(listing) == 1:
             headline = listing[0]["sources"]
-        pooled = {m for v in listing for m in v["machines"]}
-        out[cell] = {"versions": listing, "headline": headline, "pooled_machines": sorted(pooled),
+        else:  # the report's rule, from stats itself
+            newest = newest_code_sessions([{"session": s["session"], "sources_sha256": s["sources"], "started_utc": s["started"]}
+                                           for s in done], {s["session"] for s in done})
+            headline = newest[0] if newest else None
+        out[cell] = {"versions": listing, "headline": headline, "pooled_machines": sorted({s["machine"] for s in done}),
                      "next": max(s["session"] for s in sessions) + 1}
     return out
 
@@ -122,11 +125,6 @@ def wanting(cells: dict) -> dict:
     return out
 
 
-def current_sources(root: Path = REPO_ROOT) -> str:
-    """The sources hash this checkout's files would record (measure.codeversion's)."""
-    return sources_sha256({str(p.relative_to(root)): sha256_file(p) for p in source_files(root)})
-
-
 def batch_lines(entries: list) -> list[str]:
     """The `B ...` lines (envs/lent_gpu.sh) that record one more session of each cell, at its next free
     number: cells grouped by path, weight path and number, then contexts with the same cards merged."""
@@ -148,7 +146,7 @@ def batch_lines(entries: list) -> list[str]:
 def report(rows: list[dict], here: str | None = None) -> str:
     """The plan as text, per GPU type and mode; `here`: this checkout's sources hash (a version that is
     this checkout's code needs no pinned tree)."""
-    here = here or current_sources()
+    here = here or sources_sha256(source_hashes(REPO_ROOT))  # what this checkout's code would record
     out = []
     for gpu, mode in sorted({(r["gpu"], r["mode"]) for r in rows}):
         cells = cell_versions([r for r in rows if (r["gpu"], r["mode"]) == (gpu, mode)])

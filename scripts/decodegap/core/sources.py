@@ -34,6 +34,12 @@ def source_files(root: Path = REPO_ROOT) -> list[Path]:
     return sorted({p for g in SOURCE_GLOBS for p in root.glob(g) if p.is_file()})
 
 
+def source_hashes(root: Path = REPO_ROOT) -> dict[str, str]:
+    """{path relative to root: sha256} of the measurement sources under root: what a session records
+    (measure.codeversion), and what a tree of other code would record (envs/pin_code.sh)."""
+    return {str(p.relative_to(root)): sha256_file(p) for p in source_files(root)}
+
+
 def sources_sha256(files: dict[str, str]) -> str:
     """One hash over (path, hash) pairs in path order."""
     h = hashlib.sha256()

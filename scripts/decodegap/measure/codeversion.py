@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from decodegap.core.config import REPO_ROOT
-from decodegap.core.sources import SOURCE_PATHSPECS, git, sha256_file, source_files, sources_sha256
+from decodegap.core.sources import SOURCE_PATHSPECS, git, source_hashes, sources_sha256
 
 
 def _dirty(root: Path) -> bool:
@@ -22,7 +22,7 @@ def _dirty(root: Path) -> bool:
 
 
 def code_version(root: Path = REPO_ROOT) -> dict:
-    files = {str(p.relative_to(root)): sha256_file(p) for p in source_files(root)}
+    files = source_hashes(root)
     commit = git(root, "rev-parse", "HEAD") if (root / ".git").exists() else None
     git_commit = commit
     if os.environ.get("DECODEGAP_GIT_COMMIT"):
