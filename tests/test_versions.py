@@ -3,6 +3,7 @@ the headline it names must be the one the report takes (stats.newest_code_sessio
 prints must pin the right commit, stage from that version's own record and number each session free."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,11 @@ A, B, C = "a" * 64, "b" * 64, "c" * 64  # sources versions, oldest first
 
 
 def write(raw: Path, model: str, ctx: int, quant: str, mode: str, session: int, sources: str, machine: str, hour: int,
-          status="valid", reasons=(), record="h200@20261206T093748Z.json") -> None:
-    path = raw / "h200" / model / f"ctx{ctx}" / f"sdpa_{quant}_{mode}" / f"s{session:02d}.json"
+          status="valid", reasons=(), record="h200@20261206T093748Z.json", gpu="h200") -> None:
+    path = raw / gpu / model / f"ctx{ctx}" / f"sdpa_{quant}_{mode}" / f"s{session:02d}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
-        "cell": {"gpu": "h200", "model": model, "ctx": ctx, "attn": "sdpa", "quant": quant, "mode": mode},
+        "cell": {"gpu": gpu, "model": model, "ctx": ctx, "attn": "sdpa", "quant": quant, "mode": mode},
         "session": session, "status": status, "reasons": list(reasons),
         "code": {"commit": sources[0] * 40, "sources_sha256": sources},
         "environment": {"gpu": {"uuid": f"GPU-{machine}"}, "environment_record": {"path": f"/tmp/dg/results/environment/{record}"}},
@@ -92,3 +93,46 @@ def test_a_corrupt_session_file_is_named_and_a_folder_that_is_not_results_raw_re
     with pytest.raises(SystemExit):
         versions.main(["--raw", str(tmp_path)])
     assert "not a results/raw folder" in capsys.readouterr().err
+
+
+def run_call(command: str, device_name: str, tree: Path) -> str:
+    """The call's command as the device runs it, in a tree whose envs/lent_gpu.sh (at the root and in
+    each pinned folder) only says what it was asked, under an nvidia-smi that names the device."""
+    (tree / "bin").mkdir(parents=True, exist_ok=True)
+    smi = tree / "bin" / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho '{device_name}'\n")
+    smi.chmod(0o755)
+    for folder in (tree, tree / ".pinned-h200", tree / ".pinned-h100-sxm5"):
+        (folder / "envs").mkdir(parents=True, exist_ok=True)
+        (folder / "envs" / "lent_gpu.sh").write_text(
+            'stage() { echo "stage in ${PWD##*/} SHA=$SHA TUNE_S=$TUNE_S ATTN_PATHS=$ATTN_PATHS QUANT_PATHS=$QUANT_PATHS SHAPES_FROM=$SHAPES_FROM"; }\n'
+            'daemon() { echo "daemon [$1] $2"; }\ncollect() { echo "collect $1"; }\n')
+    env = {"PATH": f"{tree / 'bin'}:/usr/bin:/bin"}
+    return subprocess.run(["bash", "-c", command], cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_one_call_runs_the_plan_of_whichever_gpu_type_it_lands_on(raw, tmp_path, capsys, monkeypatch):
+    # an H100 cell whose version C ran on one machine: the call's second branch
+    write(raw, "qwen2.5-7b", 2048, "int4-tinygemm", FUSED, 0, C, "h1", 8, gpu="h100-sxm5", record="h100-sxm5@C.json")
+    rows = versions.scan(raw.resolve())
+    pins, carry, command = versions.call(rows, here="f" * 64)
+    assert pins == [f"bash envs/pin_code.sh {'c' * 40} .pinned-h100-sxm5", f"bash envs/pin_code.sh {'b' * 40} .pinned-h200"]
+    assert carry == [".pinned-h100-sxm5", ".pinned-h200"]
+    # the device is told by its name as a measurement tells it (config/gpus.yaml, any case, the longest match)
+    tree = tmp_path / "tree"
+    h200 = run_call(command, "NVIDIA H200", tree)
+    assert f"stage in .pinned-h200 SHA={'b' * 40} TUNE_S=0 ATTN_PATHS=sdpa QUANT_PATHS=bf16 fp8 SHAPES_FROM=results/environment/h200@B.json" in h200
+    assert "--quant bf16 --sessions 4; B " in h200 and "--quant fp8 --sessions 6] 575" in h200 and "collect 585" in h200
+    assert "int4-tinygemm" not in h200 and "llama-3.1-8b" not in h200
+    h100 = run_call(command, "NVIDIA H100 80GB HBM3", tree)
+    assert f"stage in .pinned-h100-sxm5 SHA={'c' * 40} TUNE_S=0 ATTN_PATHS=sdpa QUANT_PATHS=int4-tinygemm SHAPES_FROM=results/environment/h100-sxm5@C.json" in h100
+    assert "--quant int4-tinygemm --sessions 1]" in h100
+    assert "no plan for the device NVIDIA L40S" in run_call(command, "NVIDIA L40S", tree)
+    # the version this checkout records runs from the tree's root at its own commit
+    _, carry_here, here = versions.call(rows, here=B, head="9" * 40)
+    assert carry_here == [".pinned-h100-sxm5"] and f"stage in tree SHA={'9' * 40} " in run_call(here, "NVIDIA H200", tree)
+    # a command longer than a call takes is refused, naming the way out
+    monkeypatch.setattr(versions, "COMMAND_LIMIT_CHARS", 200)
+    assert versions.print_call(rows) == 1 and "--gpu" in capsys.readouterr().err
+    # nothing waiting: no command
+    assert versions.call([r for r in rows if r["model"] == "llama-3.1-8b"]) == ([], [], "")

@@ -1,6 +1,6 @@
 """Which version of the measured code each cell's headline takes, and what the newer versions still lack.
 
-    python -m decodegap.analysis.versions [--gpu h200] [--mode ab-graphed-fused] [--raw results/raw]
+    python -m decodegap.analysis.versions [--gpu h200] [--mode ab-graphed-fused] [--raw results/raw] [--call]
 
 A cell of decodegap's own kernels reports the newest sources version with two or more completed sessions
 (stats.newest_code_sessions), and an interval is only as good as its machines: a version recorded on one
@@ -23,7 +23,7 @@ from pathlib import Path
 from decodegap.analysis.stats import NEWEST_CODE_MIN_SESSIONS, _only_unstable, newest_code_sessions
 from decodegap.core import paths
 from decodegap.core.cells import OWN_KERNELS, arms_of
-from decodegap.core.config import REPO_ROOT, ConfigError
+from decodegap.core.config import REPO_ROOT, ConfigError, load_gpus
 from decodegap.core.paths import CELL_KEYS
 from decodegap.core.sources import source_hashes, sources_sha256
 
@@ -188,16 +188,103 @@ def report(rows: list[dict], here: str | None = None) -> str:
     return "\n".join(out) if out else "no sessions match"
 
 
+COMMAND_LIMIT_CHARS = 2000  # the lent GPU's limit on one call's command line (the device tool's `command`)
+
+
+def head_commit() -> str:
+    """This checkout's commit in full (the SHA a call of this checkout's own code records), or a
+    placeholder where git cannot say."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "<this checkout's full commit>"
+
+
+def call(rows: list[dict], here: str | None = None, head: str | None = None, deadline_s: int = 575) -> tuple[list[str], list[str], str]:
+    """One lent-GPU call that completes, on whichever GPU type it lands, the version that type waits for
+    in the most cells: a call that asks for one kind may run on another (2026-12-06: five asks for an
+    H200 started none, and one landed on an H100), so the command matches the device's name as
+    core.config.gpu_key_of_name does (config/gpus.yaml's device_name_match, any case, the longest
+    first: an L40S is not an L4) and runs that type's branch, from that version's
+    pinned tree (.pinned-<gpu>, one per type, carried together) with the record its first machine ran,
+    the attention and weight paths its lines use, and its batch lines under one daemon that the call
+    collects. Returns (the pin_code.sh lines to run here first, the folders to carry, the command).
+    Only own-kernel cells are planned (a pooled cell's second machine is any code's: the report lists
+    them); a type with nothing waiting has no branch."""
+    here = here or sources_sha256(source_hashes(REPO_ROOT))
+    gpus = load_gpus()
+    pins, carry, branches = [], [], []
+    for gpu in sorted({r["gpu"] for r in rows}):
+        match = gpus[gpu].device_name_match if gpu in gpus else None
+        if not match:  # a device of this type could not be told by its name, as a measurement could not run on it
+            print(f"versions --call: GPU type {gpu!r} has no device_name_match in config/gpus.yaml: no branch for it", file=sys.stderr)
+            continue
+        waiting: dict[str, list] = defaultdict(list)
+        for mode in sorted({r["mode"] for r in rows if r["gpu"] == gpu}):
+            if own_kernels(mode):
+                for version, entries in wanting(cell_versions([r for r in rows if (r["gpu"], r["mode"]) == (gpu, mode)])).items():
+                    waiting[version].extend(entries)
+        if not waiting:
+            continue
+        version, entries = max(waiting.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        first = min((e[1]["first"] for e in entries), key=lambda s: (s["started"], s["session"]))
+        if version == here:  # this checkout's own code: the tree's root, no pinned folder
+            where, sha = "", head or head_commit()
+        else:
+            folder = f".pinned-{gpu}"
+            pins.append(f"bash envs/pin_code.sh {first['commit']} {folder}")
+            carry.append(folder)
+            where, sha = f"cd {folder} && ", first["commit"]
+        attn = " ".join(sorted({cell[3] for cell, _, _ in entries}))
+        quant = " ".join(sorted({cell[4] for cell, _, _ in entries}))
+        shapes = f"SHAPES_FROM=results/environment/{first['record']} " if first["record"] != "none" else ""
+        batches = "; ".join(batch_lines(entries))
+        branches.append((len(match), f"*{match.lower()}*) {where}SHA={sha} TUNE_S=0 ATTN_PATHS=\"{attn}\" QUANT_PATHS=\"{quant}\" {shapes}"
+                        f"bash -c '. envs/lent_gpu.sh; stage; daemon \"{batches}\" {deadline_s}; collect {deadline_s + 10}';;"))
+    if not branches:
+        return [], [], ""
+    branches = [b for _, b in sorted(branches, key=lambda lb: -lb[0])]  # the longest name first, as gpu_key_of_name
+    command = ("G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo \"device: $G\"\ncase \"${G,,}\" in\n"
+               + "\n".join(branches) + "\n*) echo \"no plan for the device $G\";;\nesac")
+    return pins, carry, command
+
+
+def print_call(rows: list[dict]) -> int:
+    """--call: the pins, the carry list and the command, or why there is none; exit 1 where the command
+    is longer than one call takes (plan fewer GPU types with --gpu)."""
+    pins, carry, command = call(rows)
+    if not command:
+        print("nothing waits: every own-kernel cell's newest version heads it on two or more machines")
+        return 0
+    print("# here, before the call (and again after each ingest, to refresh the manifests):")
+    print("\n".join(pins) if pins else "# (this checkout's own code: nothing to pin)")
+    print(f"# then: run(carry={json.dumps(carry)}, timeout_s=600, command=<below>); ingest $OUT/sessions.tar.gz as after any call")
+    print(command)
+    print(f"# {len(command)} characters (a call takes {COMMAND_LIMIT_CHARS})")
+    if len(command) > COMMAND_LIMIT_CHARS:
+        print(f"error: the command is {len(command)} characters, more than one call's {COMMAND_LIMIT_CHARS}: "
+              "plan fewer GPU types (--gpu) or modes (--mode)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m decodegap.analysis.versions", description=__doc__.split("\n\n")[0])
     p.add_argument("--raw", default="results/raw", help="the raw sessions' folder (default: %(default)s)")
     p.add_argument("--gpu", default=None, help="one GPU type (config/gpus.yaml key)")
     p.add_argument("--mode", default="ab-graphed-fused", help="one mode (default: %(default)s; 'all' for every mode)")
+    p.add_argument("--call", action="store_true",
+                   help="print one lent-GPU call that completes, on whichever GPU type it lands, the version that type waits "
+                        "for in the most cells (the pins to run first, the folders to carry, the command)")
     args = p.parse_args(argv)
     raw = Path(args.raw)
     if not raw.is_dir() or raw.resolve().as_posix().split("/")[-2:] != ["results", "raw"]:
         p.error(f"--raw {raw}: not a results/raw folder")
     rows = scan(raw.resolve(), args.gpu, None if args.mode == "all" else args.mode)
+    if args.call:
+        return print_call(rows)
     print(report(rows))
     return 0
 
