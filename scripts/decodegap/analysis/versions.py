@@ -25,7 +25,7 @@ from decodegap.core import paths
 from decodegap.core.cells import OWN_KERNELS, arms_of
 from decodegap.core.config import REPO_ROOT, ConfigError, load_gpus
 from decodegap.core.paths import CELL_KEYS
-from decodegap.core.sources import source_hashes, sources_sha256
+from decodegap.core.sources import git, source_hashes, sources_sha256
 
 
 def completed(record: dict) -> bool:
@@ -143,6 +143,17 @@ def batch_lines(entries: list) -> list[str]:
     return lines
 
 
+def first_run(entries: list) -> dict:
+    """The earliest session of a waiting version over its cells (wanting's entries): its commit is the
+    one to pin, its environment record the launch shapes a second machine takes."""
+    return min((e[1]["first"] for e in entries), key=lambda s: (s["started"], s["session"]))
+
+
+def shapes_from(first: dict) -> str:
+    """The SHAPES_FROM= setting that stages a second machine from the first one's record ('' if none)."""
+    return f"SHAPES_FROM=results/environment/{first['record']} " if first["record"] != "none" else ""
+
+
 def report(rows: list[dict], here: str | None = None) -> str:
     """The plan as text, per GPU type and mode; `here`: this checkout's sources hash (a version that is
     this checkout's code needs no pinned tree)."""
@@ -169,13 +180,13 @@ def report(rows: list[dict], here: str | None = None) -> str:
             if version == "any":
                 out.append(f"  {len(entries)} cells ran on one machine: any code records a second")
             else:
-                first = min((e[1]["first"] for e in entries), key=lambda s: (s["started"], s["session"]))
+                first = first_run(entries)
                 machines = sorted({m for e in entries for m in e[1]["machines"]})
                 waits = sum(1 for cell, _, _ in entries if cells[cell]["headline"] != version)
                 commits = sorted({c for e in entries for c in e[1]["commits"]})
                 out.append(f"  {version[:8]}, the newest in {len(entries)} cells, wants another machine ({waits} of them headed by "
                            f"older code or pooled); ran on {', '.join(m[:12] for m in machines)}, commits {', '.join(c[:7] for c in commits)}")
-                shapes = f"SHAPES_FROM=results/environment/{first['record']} " if first["record"] != "none" else ""
+                shapes = shapes_from(first)
                 if version == here:
                     out.append(f"    this checkout's code: SHA=<HEAD> TUNE_S=0 {shapes}bash -c '. envs/lent_gpu.sh; stage; ...'")
                 else:
@@ -189,17 +200,6 @@ def report(rows: list[dict], here: str | None = None) -> str:
 
 
 COMMAND_LIMIT_CHARS = 2000  # the lent GPU's limit on one call's command line (the device tool's `command`)
-
-
-def head_commit() -> str:
-    """This checkout's commit in full (the SHA a call of this checkout's own code records), or a
-    placeholder where git cannot say."""
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "<this checkout's full commit>"
 
 
 def call(rows: list[dict], here: str | None = None, head: str | None = None, deadline_s: int = 575) -> tuple[list[str], list[str], str]:
@@ -229,9 +229,9 @@ def call(rows: list[dict], here: str | None = None, head: str | None = None, dea
         if not waiting:
             continue
         version, entries = max(waiting.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        first = min((e[1]["first"] for e in entries), key=lambda s: (s["started"], s["session"]))
+        first = first_run(entries)
         if version == here:  # this checkout's own code: the tree's root, no pinned folder
-            where, sha = "", head or head_commit()
+            where, sha = "", head or git(REPO_ROOT, "rev-parse", "HEAD") or "<this checkout's full commit>"
         else:
             folder = f".pinned-{gpu}"
             pins.append(f"bash envs/pin_code.sh {first['commit']} {folder}")
@@ -239,7 +239,7 @@ def call(rows: list[dict], here: str | None = None, head: str | None = None, dea
             where, sha = f"cd {folder} && ", first["commit"]
         attn = " ".join(sorted({cell[3] for cell, _, _ in entries}))
         quant = " ".join(sorted({cell[4] for cell, _, _ in entries}))
-        shapes = f"SHAPES_FROM=results/environment/{first['record']} " if first["record"] != "none" else ""
+        shapes = shapes_from(first)
         batches = "; ".join(batch_lines(entries))
         branches.append((len(match), f"*{match.lower()}*) {where}SHA={sha} TUNE_S=0 ATTN_PATHS=\"{attn}\" QUANT_PATHS=\"{quant}\" {shapes}"
                         f"bash -c '. envs/lent_gpu.sh; stage; daemon \"{batches}\" {deadline_s}; collect {deadline_s + 10}';;"))
