@@ -16,11 +16,11 @@ A, B, C = "a" * 64, "b" * 64, "c" * 64  # sources versions, oldest first
 
 
 def write(raw: Path, model: str, ctx: int, quant: str, mode: str, session: int, sources: str, machine: str, hour: int,
-          status="valid", reasons=(), record="h200@20261206T093748Z.json", gpu="h200") -> None:
-    path = raw / gpu / model / f"ctx{ctx}" / f"sdpa_{quant}_{mode}" / f"s{session:02d}.json"
+          status="valid", reasons=(), record="h200@20261206T093748Z.json", gpu="h200", attn="sdpa") -> None:
+    path = raw / gpu / model / f"ctx{ctx}" / f"{attn}_{quant}_{mode}" / f"s{session:02d}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
-        "cell": {"gpu": gpu, "model": model, "ctx": ctx, "attn": "sdpa", "quant": quant, "mode": mode},
+        "cell": {"gpu": gpu, "model": model, "ctx": ctx, "attn": attn, "quant": quant, "mode": mode},
         "session": session, "status": status, "reasons": list(reasons),
         "code": {"commit": sources[0] * 40, "sources_sha256": sources},
         "environment": {"gpu": {"uuid": f"GPU-{machine}"}, "environment_record": {"path": f"/tmp/dg/results/environment/{record}"}},
@@ -122,17 +122,51 @@ def test_one_call_runs_the_plan_of_whichever_gpu_type_it_lands_on(raw, tmp_path,
     tree = tmp_path / "tree"
     h200 = run_call(command, "NVIDIA H200", tree)
     assert f"stage in .pinned-h200 SHA={'b' * 40} TUNE_S=0 ATTN_PATHS=sdpa QUANT_PATHS=bf16 fp8 SHAPES_FROM=results/environment/h200@B.json" in h200
-    assert "--quant bf16 --sessions 4; B " in h200 and "--quant fp8 --sessions 6] 575" in h200 and "collect 585" in h200
+    # after the version's own lines, the pooled cell on one machine rides along (any code records its second)
+    assert "--quant bf16 --sessions 4; B " in h200 and "collect 585" in h200
+    assert "--quant fp8 --sessions 6; B --models qwen2.5-7b --ctx 2048 --modes ab-static-graphed --attn sdpa --quant bf16 --sessions 2] 575" in h200
     assert "int4-tinygemm" not in h200 and "llama-3.1-8b" not in h200
     h100 = run_call(command, "NVIDIA H100 80GB HBM3", tree)
     assert f"stage in .pinned-h100-sxm5 SHA={'c' * 40} TUNE_S=0 ATTN_PATHS=sdpa QUANT_PATHS=int4-tinygemm SHAPES_FROM=results/environment/h100-sxm5@C.json" in h100
     assert "--quant int4-tinygemm --sessions 1]" in h100
     assert "no plan for the device NVIDIA L40S" in run_call(command, "NVIDIA L40S", tree)
+    assert "no plan for the device NVIDIA L4" in run_call(command, "NVIDIA L4", tree)
     # the version this checkout records runs from the tree's root at its own commit
     _, carry_here, here = versions.call(rows, here=B, head="9" * 40)
     assert carry_here == [".pinned-h100-sxm5"] and f"stage in tree SHA={'9' * 40} " in run_call(here, "NVIDIA H200", tree)
+    # a pooled cell on a path whose package a lent GPU lacks (fa3: a carried wheel) never rides along
+    write(raw, "qwen2.5-7b", 16384, "bf16", POOLED, 0, A, "m1", 1, attn="fa3")
+    rows = versions.scan(raw.resolve())
+    assert "fa3" not in versions.call(rows, here="f" * 64)[2]
+    # ride-alongs are dropped where the command would pass a call's length; the version's own lines stay
+    full = versions.call(rows, here="f" * 64)[2]
+    monkeypatch.setattr(versions, "COMMAND_LIMIT_CHARS", len(full) - 1)
+    short = versions.call(rows, here="f" * 64)[2]
+    assert "ab-static-graphed" not in short and "--quant fp8 --sessions 6]" in run_call(short, "NVIDIA H200", tree)
+    monkeypatch.undo()
+    # a type where only pooled cells wait runs them on this checkout's code, staged from the table
+    write(raw, "qwen2.5-7b", 2048, "bf16", POOLED, 0, A, "l1", 1, gpu="l40s")
+    l40s = run_call(versions.call(versions.scan(raw.resolve()), here="f" * 64, head="9" * 40)[2], "NVIDIA L40S", tree)
+    assert f"stage in tree SHA={'9' * 40} TUNE_S=0 ATTN_PATHS=sdpa QUANT_PATHS=bf16 SHAPES_FROM=" in l40s
+    assert "--modes ab-static-graphed --attn sdpa --quant bf16 --sessions 1]" in l40s
     # a command longer than a call takes is refused, naming the way out
     monkeypatch.setattr(versions, "COMMAND_LIMIT_CHARS", 200)
     assert versions.print_call(rows) == 1 and "--gpu" in capsys.readouterr().err
     # nothing waiting: no command
     assert versions.call([r for r in rows if r["model"] == "llama-3.1-8b"]) == ([], [], "")
+
+
+def test_which_paths_ride_along_is_read_from_each_units_declared_package():
+    # read without importing the measurement wing, it must say what the loaded registries say
+    from decodegap.core.registry import unit_package
+    from decodegap.measure.attention import PATHS as ATTENTION
+    from decodegap.measure.weights import PATHS as WEIGHTS
+
+    for kind, paths in (("attention", ATTENTION), ("weights", WEIGHTS)):
+        for name, unit in paths.items():
+            assert unit_package(kind, name) == unit.package, (kind, name)
+    assert unit_package("weights", "no-such-path") is None
+    cell = lambda attn, quant: ("h200", "qwen2.5-7b", 2048, attn, quant, POOLED)  # noqa: E731
+    assert versions.built_in(cell("sdpa-cudnn", "int4-triton")) and versions.built_in(cell("flex", "bf16"))
+    assert not versions.built_in(cell("fa3", "bf16")) and not versions.built_in(cell("sdpa", "gptq-exllamav2"))
+    assert not versions.built_in(cell("sdpa", "gguf-q4-0"))

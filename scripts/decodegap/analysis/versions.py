@@ -25,6 +25,7 @@ from decodegap.core import paths
 from decodegap.core.cells import OWN_KERNELS, arms_of
 from decodegap.core.config import REPO_ROOT, ConfigError, load_gpus
 from decodegap.core.paths import CELL_KEYS
+from decodegap.core.registry import unit_package
 from decodegap.core.sources import git, source_hashes, sources_sha256
 
 
@@ -125,22 +126,28 @@ def wanting(cells: dict) -> dict:
     return out
 
 
-def batch_lines(entries: list) -> list[str]:
+def batch_groups(entries: list) -> list[tuple[str, list]]:
     """The `B ...` lines (envs/lent_gpu.sh) that record one more session of each cell, at its next free
-    number: cells grouped by path, weight path and number, then contexts with the same cards merged."""
-    groups: dict[tuple, dict[int, set]] = defaultdict(lambda: defaultdict(set))
-    for cell, _, nxt in entries:
-        _, model, ctx, attn, quant, mode = cell
-        groups[(mode, attn, quant, nxt)][ctx].add(model)
-    lines = []
+    number, each with the wanting() entries it runs: cells grouped by path, weight path and number, then
+    contexts with the same cards merged."""
+    groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for entry in entries:
+        _, model, ctx, attn, quant, mode = entry[0]
+        groups[(mode, attn, quant, entry[2])][ctx].append(entry)
+    out = []
     for (mode, attn, quant, nxt), by_ctx in sorted(groups.items()):
         merged: dict[tuple, list] = defaultdict(list)
-        for ctx, models in sorted(by_ctx.items()):
-            merged[tuple(sorted(models))].append(ctx)
+        for ctx, held in sorted(by_ctx.items()):
+            merged[tuple(sorted(e[0][1] for e in held))].append((ctx, held))
         for models, ctxs in merged.items():
-            lines.append(f"B --models {' '.join(models)} --ctx {' '.join(map(str, ctxs))} --modes {mode} --attn {attn} "
-                         f"--quant {quant} --sessions {nxt}")
-    return lines
+            out.append((f"B --models {' '.join(models)} --ctx {' '.join(str(c) for c, _ in ctxs)} --modes {mode} --attn {attn} "
+                        f"--quant {quant} --sessions {nxt}", [e for _, held in ctxs for e in held]))
+    return out
+
+
+def batch_lines(entries: list) -> list[str]:
+    """batch_groups' lines alone."""
+    return [line for line, _ in batch_groups(entries)]
 
 
 def first_run(entries: list) -> dict:
@@ -202,6 +209,17 @@ def report(rows: list[dict], here: str | None = None) -> str:
 COMMAND_LIMIT_CHARS = 2000  # the lent GPU's limit on one call's command line (the device tool's `command`)
 
 
+# The packages every lent GPU has without a carried wheel (torch's own kernels, and Triton for our own):
+# a pooled cell on these paths can ride along in any call, at no staging cost beyond its checks.
+BUILT_IN_PACKAGES = ("torch", "triton")
+
+
+def built_in(cell: tuple) -> bool:
+    """Whether a cell's attention and weight paths run on a lent GPU with no carried wheel."""
+    return (unit_package("attention", cell[CELL_KEYS.index("attn")]) in BUILT_IN_PACKAGES
+            and unit_package("weights", cell[CELL_KEYS.index("quant")]) in BUILT_IN_PACKAGES)
+
+
 def call(rows: list[dict], here: str | None = None, head: str | None = None, deadline_s: int = 575) -> tuple[list[str], list[str], str]:
     """One lent-GPU call that completes, on whichever GPU type it lands, the version that type waits for
     in the most cells: a call that asks for one kind may run on another (2026-12-06: five asks for an
@@ -211,25 +229,30 @@ def call(rows: list[dict], here: str | None = None, head: str | None = None, dea
     pinned tree (.pinned-<gpu>, one per type, carried together) with the record its first machine ran,
     the attention and weight paths its lines use, and its batch lines under one daemon that the call
     collects. Returns (the pin_code.sh lines to run here first, the folders to carry, the command).
-    Only own-kernel cells are planned (a pooled cell's second machine is any code's: the report lists
-    them); a type with nothing waiting has no branch."""
+    After a branch's own-kernel lines come the pooled cells that ran on one machine (any code records
+    their second: the report pools every version), on paths with no carried wheel (built_in), as many
+    as the command's length allows; the daemon runs them in order, so they take only time the version's
+    own lines leave. A type where only such cells wait runs them on this checkout's code."""
     here = here or sources_sha256(source_hashes(REPO_ROOT))
     gpus = load_gpus()
-    pins, carry, branches = [], [], []
+    pins, carry, plans = [], [], []
     for gpu in sorted({r["gpu"] for r in rows}):
         match = gpus[gpu].device_name_match if gpu in gpus else None
         if not match:  # a device of this type could not be told by its name, as a measurement could not run on it
             print(f"versions --call: GPU type {gpu!r} has no device_name_match in config/gpus.yaml: no branch for it", file=sys.stderr)
             continue
         waiting: dict[str, list] = defaultdict(list)
+        spare: list = []  # pooled cells on one machine, any code's
         for mode in sorted({r["mode"] for r in rows if r["gpu"] == gpu}):
-            if own_kernels(mode):
-                for version, entries in wanting(cell_versions([r for r in rows if (r["gpu"], r["mode"]) == (gpu, mode)])).items():
+            for version, entries in wanting(cell_versions([r for r in rows if (r["gpu"], r["mode"]) == (gpu, mode)])).items():
+                if version == "any":
+                    spare.extend(e for e in entries if built_in(e[0]))
+                else:
                     waiting[version].extend(entries)
-        if not waiting:
+        if not waiting and not spare:
             continue
-        version, entries = max(waiting.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        first = first_run(entries)
+        version, entries = max(waiting.items(), key=lambda kv: (len(kv[1]), kv[0])) if waiting else (here, [])
+        first = first_run(entries) if entries else None
         if version == here:  # this checkout's own code: the tree's root, no pinned folder
             where, sha = "", head or git(REPO_ROOT, "rev-parse", "HEAD") or "<this checkout's full commit>"
         else:
@@ -237,18 +260,32 @@ def call(rows: list[dict], here: str | None = None, head: str | None = None, dea
             pins.append(f"bash envs/pin_code.sh {first['commit']} {folder}")
             carry.append(folder)
             where, sha = f"cd {folder} && ", first["commit"]
-        attn = " ".join(sorted({cell[3] for cell, _, _ in entries}))
-        quant = " ".join(sorted({cell[4] for cell, _, _ in entries}))
-        shapes = shapes_from(first)
-        batches = "; ".join(batch_lines(entries))
-        branches.append((len(match), f"*{match.lower()}*) {where}SHA={sha} TUNE_S=0 ATTN_PATHS=\"{attn}\" QUANT_PATHS=\"{quant}\" {shapes}"
-                        f"bash -c '. envs/lent_gpu.sh; stage; daemon \"{batches}\" {deadline_s}; collect {deadline_s + 10}';;"))
-    if not branches:
+        plans.append({"match": match, "where": where, "sha": sha, "shapes": shapes_from(first) if first else "",
+                      "lines": batch_groups(entries), "spare": batch_groups(spare), "taken": 0})
+    if not plans:
         return [], [], ""
-    branches = [b for _, b in sorted(branches, key=lambda lb: -lb[0])]  # the longest name first, as gpu_key_of_name
-    command = ("G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo \"device: $G\"\ncase \"${G,,}\" in\n"
-               + "\n".join(branches) + "\n*) echo \"no plan for the device $G\";;\nesac")
-    return pins, carry, command
+    plans.sort(key=lambda p: -len(p["match"]))  # the longest name first, as gpu_key_of_name
+
+    def command_of() -> str:
+        branches = []
+        for p in plans:
+            lines = p["lines"] + p["spare"][:p["taken"]]
+            cells = [e[0] for _, held in lines for e in held]
+            attn = " ".join(sorted({c[CELL_KEYS.index("attn")] for c in cells}))
+            quant = " ".join(sorted({c[CELL_KEYS.index("quant")] for c in cells}))
+            batches = "; ".join(line for line, _ in lines)
+            branches.append(f"*{p['match'].lower()}*) {p['where']}SHA={p['sha']} TUNE_S=0 ATTN_PATHS=\"{attn}\" QUANT_PATHS=\"{quant}\" "
+                            f"{p['shapes']}bash -c '. envs/lent_gpu.sh; stage; daemon \"{batches}\" {deadline_s}; collect {deadline_s + 10}';;")
+        return ("G=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo \"device: $G\"\ncase \"${G,,}\" in\n"
+                + "\n".join(branches) + "\n*) echo \"no plan for the device $G\";;\nesac")
+
+    for p in plans:  # the spare lines, one at a time, while the command fits one call
+        while p["taken"] < len(p["spare"]):
+            p["taken"] += 1
+            if len(command_of()) > COMMAND_LIMIT_CHARS:
+                p["taken"] -= 1
+                break
+    return pins, carry, command_of()
 
 
 def print_call(rows: list[dict]) -> int:
@@ -274,7 +311,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m decodegap.analysis.versions", description=__doc__.split("\n\n")[0])
     p.add_argument("--raw", default="results/raw", help="the raw sessions' folder (default: %(default)s)")
     p.add_argument("--gpu", default=None, help="one GPU type (config/gpus.yaml key)")
-    p.add_argument("--mode", default="ab-graphed-fused", help="one mode (default: %(default)s; 'all' for every mode)")
+    p.add_argument("--mode", default=None, help="one mode ('all' for every mode; default: ab-graphed-fused, with --call all: a "
+                                                "pooled cell on one machine rides along in a call)")
     p.add_argument("--call", action="store_true",
                    help="print one lent-GPU call that completes, on whichever GPU type it lands, the version that type waits "
                         "for in the most cells (the pins to run first, the folders to carry, the command)")
@@ -282,7 +320,8 @@ def main(argv=None) -> int:
     raw = Path(args.raw)
     if not raw.is_dir() or raw.resolve().as_posix().split("/")[-2:] != ["results", "raw"]:
         p.error(f"--raw {raw}: not a results/raw folder")
-    rows = scan(raw.resolve(), args.gpu, None if args.mode == "all" else args.mode)
+    mode = args.mode or ("all" if args.call else "ab-graphed-fused")
+    rows = scan(raw.resolve(), args.gpu, None if mode == "all" else mode)
     if args.call:
         return print_call(rows)
     print(report(rows))

@@ -50,3 +50,40 @@ def weight_engine(name: str) -> str | None:
     or None for a path that transformers' model runs."""
     module = unit_names("weights").get(name)
     return _module_literals(MEASURE_DIR / "weights" / f"{module}.py").get("ENGINE") if module else None
+
+
+DEFAULT_PACKAGE = "torch"  # AttentionPath's and WeightPath's default: the kernel ships with torch
+
+
+def _declared_package(path: Path, kind: str) -> str | None:
+    """The package a unit file declares, or the one a private module of its kind (`_gguf.py`) that it
+    builds on declares; None where neither says."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "package" for t in node.targets):
+            value = node.value
+        elif isinstance(node, ast.keyword) and node.arg == "package":
+            value = node.value
+        else:
+            continue
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
+    shared = f"decodegap.measure.{kind}._"
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(shared):
+            found = _declared_package(MEASURE_DIR / kind / f"{node.module.rsplit('.', 1)[1]}.py", kind)
+            if found:
+                return found
+    return None
+
+
+def unit_package(kind: str, name: str) -> str | None:
+    """The distribution that ships a unit's kernel, as the unit declares it (a weight path's class-level
+    `package = "..."`, an attention path's `package="..."` argument, or the private module's it builds
+    on; DEFAULT_PACKAGE where none says), read without importing it; None for a name that is no unit of
+    that kind. Lets the analysis tell which paths a lent GPU runs without a carried wheel
+    (decodegap.analysis.versions)."""
+    module = unit_names(kind).get(name)
+    if module is None:
+        return None
+    return _declared_package(MEASURE_DIR / kind / f"{module}.py", kind) or DEFAULT_PACKAGE
