@@ -26,10 +26,15 @@ def unit_names(kind: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=None)
+def _parsed(path: Path) -> ast.Module:
+    """A unit file's syntax tree, parsed once (it is read, never imported)."""
+    return ast.parse(path.read_text())
+
+
 def _module_literals(path: Path) -> dict:
     """The module-level constants a unit file assigns literally (NAME = True), read without importing it."""
     out = {}
-    for node in ast.parse(path.read_text()).body:
+    for node in _parsed(path).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try:
                 out[node.targets[0].id] = ast.literal_eval(node.value)
@@ -58,7 +63,7 @@ DEFAULT_PACKAGE = "torch"  # AttentionPath's and WeightPath's default: the kerne
 def _declared_package(path: Path, kind: str) -> str | None:
     """The package a unit file declares, or the one a private module of its kind (`_gguf.py`) that it
     builds on declares; None where neither says."""
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "package" for t in node.targets):
             value = node.value
