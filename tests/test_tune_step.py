@@ -287,6 +287,10 @@ def test_each_step_decides_pdl_for_its_own_format_and_width_so_a_bf16_decline_do
     for width in (128, 256):
         assert "pdl" in rows[(width, "int4-triton")]["levers"] and "pdl" not in rows[(width, "int4-triton")]["not_tried"]
         assert "pdl" not in rows[(width, "bf16")]["levers"]
+        # the record keeps each lever's verdict: the bf16 step's PDL trial slower and not taken, the int4 one's taken
+        pdl = {q: [t for t in rows[(width, q)]["lever_trials"] if t["lever"] == "pdl"] for q in ("bf16", "int4-triton")}
+        assert pdl["bf16"] and pdl["bf16"][0]["taken"] is False and pdl["bf16"][0]["x_current"] < 1
+        assert pdl["int4-triton"][0]["taken"] is True and pdl["int4-triton"][0]["x_current"] > 1
     # each session's step: its format's setting at its width
     net = FusedModel(build_model(narrow, "cpu", "sdpa", 0).float(), get_weight_path("int4-triton"), 32, backend="triton",
                      gemv_configs=spec)

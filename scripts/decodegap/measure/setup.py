@@ -443,6 +443,7 @@ def shapes_from(record: dict, path: str | Path) -> tuple[dict, dict]:
     return dict(shapes, source=f"{shapes.get('source') or 'given'}; taken from {path.name} (sha256 {sha[:12]}) by the stage"), where
 
 
+LEVER_TRIAL_KEYS = ("lever", "x_current", "again", "taken", "retry", "not_tried", "error")  # a trial's verdict, not its change
 REFINE_CTX = 2048  # the context the stage refines at: the matrix's smallest, where the GEMVs are most of the step
 REFINE_READS = {"bf16": "dense", "fp8": "fp8", "int4-triton": "int4"}  # the weight paths whose step the fused kernels run
 
@@ -523,7 +524,10 @@ def refine_fused(record: dict, layouts, budget_s: float, shapes: dict | None, de
             spec = {**spec, **refined.as_dict()}  # the tuner's timings kept beside the shapes
             row.update({k: got[k] for k in ("chosen", "change", "levers", "x_start", "spent_s", "skipped")},
                        not_tried=sorted(t["lever"] for t in got["trials"] if "not_tried" in t),
-                       trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]))
+                       trials=len(got["trials"]), errors=sum("error" in t for t in got["trials"]),
+                       # each lever's verdict in the step, in order, a retry marked: the record, not only the
+                       # stage's log, shows why a lever is on or off for this step
+                       lever_trials=[{k: t[k] for k in LEVER_TRIAL_KEYS if k in t} for t in got["trials"] if "lever" in t])
             log(f"  {card.key} {quant}: the chosen shapes ran the step {got['x_start'] or float('nan'):.3f}x the start's speed"
                 + (f"; changed {json.dumps(got['change'])}" if got["change"] else "; the start's shapes kept"))
         except Exception as exc:  # noqa: BLE001 - one card's or path's failure is its row; the others still run
