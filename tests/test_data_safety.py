@@ -511,8 +511,11 @@ def test_an_interrupted_run_resumes_with_the_same_command(tmp_path):
     root = small(clone(tmp_path))
     before = data_hashes(root)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # SIGINT's default action in the child, as a terminal's foreground job has it: a test run started in the
+    # background (`cmd &`, nohup, some CI runners) inherits SIGINT ignored, and the run would finish uninterrupted
     job = subprocess.Popen([SNAKEMAKE, "--cores", "1", "report/paper_tables.tex"], cwd=root, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and not list((root / "results/stats").rglob("stats.json")):
         time.sleep(0.2)  # wait until jobs are under way
