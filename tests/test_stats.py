@@ -313,3 +313,41 @@ def test_newest_code_is_the_newest_version_with_two_sessions_or_more():
     assert newest_code_sessions(listing((old, "1"), (old, "2")), {0, 1}) is None  # one version: completed is the headline
     late_old = listing((new, "2026-01-01"), (new, "2026-01-02"), (old, "2026-01-05"), (old, "2026-01-06"))
     assert newest_code_sessions(late_old, {0, 1, 2, 3}) == (old, {2, 3})  # the order sessions started in, not their numbers
+
+
+def test_a_headline_interval_depends_only_on_the_sessions_it_covers(tmp_path):
+    """The newest code's interval (the fused step's headline) must not move when a session of an
+    older code version joins the cell: its sessions and their steps are the same. With one bootstrap
+    stream for the whole cell, the older session changed how many draws the completed scope took
+    before it, and the headline's bounds moved on a rebuild with no change to its own sessions."""
+    import json
+
+    from conftest import fixture_cell_stats
+
+    from decodegap.analysis import synthetic
+
+    cell = dict(gpu="h200", model="qwen2.5-7b", ctx=2048, attn="sdpa", quant="bf16", mode="ab-graphed-fused")
+
+    def records(n_old: int) -> list[dict]:
+        out = []
+        for s in range(2 + n_old):  # s00 and s01: the newer code on two machines, started after every older one
+            rec = synthetic.record(cell, s, 64, np.random.default_rng(s), base_ms=8.0)
+            rec["time"]["started_utc"] = f"2026-0{1 if s >= 2 else 2}-{s + 1:02d}T00:00:00+00:00"
+            rec["environment"]["gpu"]["uuid"] = f"synthetic-{s}"
+            if s < 2:
+                rec["code"]["sources_sha256"] = "1" * 64
+            out.append(rec)
+        return out
+
+    stats = {}
+    for n_old in (2, 3):
+        stats[n_old] = json.loads(fixture_cell_stats(tmp_path / f"old{n_old}", cell, records(n_old)).read_text())
+    a, b = stats[2]["newest_code"], stats[3]["newest_code"]
+    assert a["sources_sha256"] == b["sources_sha256"] == "1" * 64
+    for arm in ("graphed", "fused"):
+        assert a["arms"][arm]["sessions"] == b["arms"][arm]["sessions"] == [0, 1]
+        assert a["arms"][arm]["ci_low_ms"] is not None
+        assert (a["arms"][arm]["ci_low_ms"], a["arms"][arm]["ci_high_ms"]) == (b["arms"][arm]["ci_low_ms"], b["arms"][arm]["ci_high_ms"])
+    assert a["speedup"]["ci"] == b["speedup"]["ci"]
+    # the completed scope did take the added session (so the two builds differ where they should)
+    assert stats[2]["completed"]["arms"]["fused"]["n_sessions"] == 4 and stats[3]["completed"]["arms"]["fused"]["n_sessions"] == 5

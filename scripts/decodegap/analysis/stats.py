@@ -370,6 +370,7 @@ def sensitivity(sessions, steps, completed: set, arms, headline: dict, cfg: Stat
 
 
 SCOPES = ("completed", "valid", "host_nominal")  # the headline first
+SCOPE_STREAMS = (*SCOPES, NEWEST_CODE, "sensitivity")  # each its own bootstrap stream (scope_rng)
 # The scope NEWEST_CODE: in a cell whose completed sessions span several versions of the measured code,
 # the sessions of the newest version that has at least NEWEST_CODE_MIN_SESSIONS of them (versions ordered
 # by their last session's start). A newer version with fewer sessions waits, footnoted by the floor table,
@@ -404,7 +405,6 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
     at full speed: what the step costs on an unslowed host)."""
     from decodegap.core.cells import arms_of
 
-    rng = np.random.default_rng(cfg.seed)
     arms = arms_of(cell["mode"])
     listing = _session_list(sessions) if len(sessions) else []
     valid_ids = {s["session"] for s in listing if s["status"] == "valid"}
@@ -438,12 +438,21 @@ def cell_stats(sessions: pd.DataFrame, steps: pd.DataFrame, cell: dict, gpu: dic
             continue
         s_sel = sessions[sessions["session"].isin(ids)]
         t_sel = scope_steps[scope_steps["session"].isin(ids)]
+        rng = scope_rng(cfg, scope, ids)
         per_arm = {arm: arm_stats(s_sel, t_sel, arm, gpu, cfg, rng) for arm in arms}
         out[scope]["arms"] = per_arm
         if len(arms) == 2 and all(per_arm.values()):
             out[scope]["speedup"] = _speedup(s_sel, t_sel, arms, cfg, rng)
-    out["sensitivity"] = sensitivity(sessions, steps, completed, arms, out["completed"], cfg, rng)
+    out["sensitivity"] = sensitivity(sessions, steps, completed, arms, out["completed"], cfg, scope_rng(cfg, "sensitivity", completed))
     return out
+
+
+def scope_rng(cfg: StatsConfig, scope: str, ids) -> np.random.Generator:
+    """The bootstrap's random stream for one scope of a cell, seeded by the scope and the sessions it
+    covers: an interval is then a function of its own sessions only. With one stream for the whole cell,
+    a session added to another scope (an older code version's, say) shifted the draws of every scope
+    after it, and a headline interval moved with no change to the sessions it was computed from."""
+    return np.random.default_rng([cfg.seed, SCOPE_STREAMS.index(scope), *sorted(int(i) for i in ids)])
 
 
 def _plain(x):
