@@ -13,6 +13,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= all
+# the tests' worker processes (pytest-xdist): one a core; 0 runs them in this process
+TEST_WORKERS ?= auto
 SHELL := /bin/bash
 
 .PHONY: report test test-all paper env-report env-test clean-derived
@@ -25,10 +27,10 @@ report: env-report
 
 test: env-test
 	@echo "== $$(date +%T) the tests (pytest; the slow whole-report ones are left to \`make test-all\`)"
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-all: env-test
-	$(BIN)/pytest -m "slow or not slow"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "slow or not slow"
 
 $(BIN)/python:
 	@echo "== $$(date +%T) creating $(VENV)/ with $(PYTHON)"

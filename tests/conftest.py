@@ -146,6 +146,33 @@ def make_workspace(root, config=None, sessions=2, steps=48):
     return root
 
 
+def clone(dest: Path) -> Path:
+    """The repository as a fresh clone has it (tracked and new unignored files), outside the repo."""
+    import shutil
+
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def bundled_report(tmp_path_factory):
+    """A clone with the whole bundled report built (report/paper_tables.tex: every session under
+    results/raw/), once for the session's slow tests; they read it or copy it, never change it."""
+    root = clone(tmp_path_factory.mktemp("bundled"))
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{exe.parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(exe), "--cores", "2", "report/paper_tables.tex"], cwd=root, capture_output=True, text=True,
+                          env=env, timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return root
+
+
 @pytest.fixture(scope="session")
 def built_workspace(tmp_path_factory):
     """The small synthetic workspace, with the whole report built once for the session's tests."""

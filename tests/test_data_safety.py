@@ -22,25 +22,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, clone
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 CELL = "results/raw/h200/qwen2.5-7b/ctx2048/sdpa_bf16_graphed"
 GROUP_STATS = "results/stats/h200/qwen2.5-7b/ctx2048"
 CELL_STATS = f"{GROUP_STATS}/sdpa_bf16_graphed/stats.json"
 ENV_RECORD = "results/environment/h200.json"
-
-
-def clone(dest: Path) -> Path:
-    """The repository as a fresh clone has it (tracked and new unignored files), outside the repo."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
 
 
 def data_hashes(root: Path) -> dict[str, str]:
@@ -107,20 +95,13 @@ def provenance(root: Path, *args):
 # --- the numbers -------------------------------------------------------------------------
 
 
-def built_clone(dest: Path) -> Path:
-    """A clone with the whole bundled report built (report/paper_tables.tex: every H200 session)."""
-    root = clone(dest)
-    proc = snakemake(root, "--cores", "2", "report/paper_tables.tex", timeout=1800)
-    assert proc.returncode == 0, out(proc)[-3000:]
-    return root
-
-
 @pytest.mark.slow
-def test_the_bundled_report_has_the_numbers_it_had(tmp_path):
+@pytest.mark.xdist_group("bundled_report")  # one worker builds it once, for test_paper's bundled test too
+def test_the_bundled_report_has_the_numbers_it_had(bundled_report):
     """Every number the report renders from the bundled sessions, against tests/data/: a refactor
     must not move one. After adding sessions or changing a statistic on purpose, rewrite the file:
     python -m decodegap.analysis.provenance keys > tests/data/bundled_report_numbers.tsv"""
-    root = built_clone(tmp_path)
+    root = bundled_report
     expected = dict(line.split("\t") for line in (REPO / "tests/data/bundled_report_numbers.tsv").read_text().splitlines())
     doc = json.loads((root / "report/provenance.json").read_text())
     got = {key: entry["text"] for key, entry in doc["numbers"].items()}

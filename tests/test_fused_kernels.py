@@ -490,6 +490,7 @@ KERNEL_CARDS = {
 WIDE = _card("tiny-llama", hidden_size=256, intermediate_size=256, head_dim=64)  # whole int4 groups of 128 columns
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("name", sorted(KERNEL_CARDS))
 def test_the_kernel_step_gives_the_models_logits_at_float32(name):
     model = build_model(KERNEL_CARDS[name], "cpu", "sdpa", 0).float()
@@ -551,6 +552,7 @@ def test_the_x_fp32_lever_gives_the_same_logits_and_is_recorded():
         fk.resolve({"x_fp32": {"int4": "yes"}}, "cpu")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("quant", ["fp8", "int4-triton"])
 def test_the_kernel_step_reads_fp8_and_int4_weights_itself(quant):
     """The path's stored tensors inside the fused kernels (the same prologues and epilogues as bf16):
@@ -565,6 +567,7 @@ def test_the_kernel_step_reads_fp8_and_int4_weights_itself(quant):
     assert check["rel_l2_max"] <= 1e-5 and check["agrees"] and check["top1_agree"] == check["compared"], check
 
 
+@pytest.mark.model
 def test_the_kernel_step_runs_a_packed_paths_gemvs_with_the_same_epilogues():
     """int4-tinygemm: the path's own matmuls (the CPU kernel here, bf16 inside), the kernels' RoPE,
     append, SiLU and residual-plus-norm around them: the same logits as the plain-op step running
@@ -579,6 +582,7 @@ def test_the_kernel_step_runs_a_packed_paths_gemvs_with_the_same_epilogues():
     assert checks["triton"]["rel_l2_max"] < 2e-2  # tinygemm's bf16 inputs against the float32 reference
 
 
+@pytest.mark.model
 def test_the_fused_decoder_decodes_the_static_caches_tokens_with_the_kernels():
     """The mode on the kernel backend: no torch.compile (compile_s is the first call), the logit check
     on the session's own prompt in prepare, the same tokens as the static cache, the step's

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from decodegap.measure.fused_kernels.int4_pairs import _pack_halves, hadd2, hadd2_emulated, half_f32, halves_sum
+from decodegap.measure.fused_kernels.int4_pairs import _pack_halves, hadd2, hadd2_rows_emulated, half_f32, halves_sum
 
 X_SCALE = 16.0  # the halves hold x / X_SCALE (a power of 2: exact in f16 above its subnormals)
 XP_F16, XP_F16_EMULATED = 3, 4  # the kernels' XP for fp8 weights against f16 halves: inline PTX, or emulated (interpreter)
@@ -140,8 +140,11 @@ def fp8_pairs_rows(xp_ptr, w_ptr, s_ptr, rows, rmask, K: tl.constexpr, BK: tl.co
         else:
             x = tl.broadcast_to(tl.load(xq + cols, mask=cmask, other=0)[None, :], (R, BW))
         if WS > 1:  # WS words of the thread's row: their halves summed in f16, then once into float32
-            part = tl.reshape(fp8_word_halves(w, x, XP), (R, BW // WS, WS))
-            part = tl.reduce(part, 2, hadd2_emulated) if XP == 4 else tl.reduce(part, 2, hadd2)
+            if XP == 4:
+                part = tl.reshape(hadd2_rows_emulated(tl.reshape(fp8_word_halves(w, x, XP), (R * (BW // WS), WS)), R * (BW // WS), WS),
+                                  (R, BW // WS))
+            else:
+                part = tl.reduce(tl.reshape(fp8_word_halves(w, x, XP), (R, BW // WS, WS)), 2, hadd2)
             acc += halves_sum(part, XP - 2)  # halves_sum's XP: 2 emulated (ours 4), 1 PTX (ours 3)
         else:
             acc += fp8_word_dot(w, x, XP)

@@ -123,6 +123,26 @@ def hadd2_emulated(a, b):
 
 
 @triton.jit
+def hadd2_rows_emulated(part, M: tl.constexpr, WS: tl.constexpr):
+    """The hadd2 sum of each row of part (M, WS: int32 f16x2 bits, WS 2..16 a power of 2) under the
+    interpreter: halves added pairwise, a tree of log2(WS) vector ops. tl.reduce with a combine of our
+    own runs that combine in Python once an element there (minutes for a tuner test); the float32
+    sums rounded to f16 at each add are hadd2_emulated's, only their order is a tree's."""
+    h = part
+    if WS >= 16:
+        a, b = tl.split(tl.reshape(h, (M, 8, 2)))
+        h = hadd2_emulated(a, b)
+    if WS >= 8:
+        a, b = tl.split(tl.reshape(h, (M, 4, 2)))
+        h = hadd2_emulated(a, b)
+    if WS >= 4:
+        a, b = tl.split(tl.reshape(h, (M, 2, 2)))
+        h = hadd2_emulated(a, b)
+    a, b = tl.split(h)
+    return hadd2_emulated(a, b)
+
+
+@triton.jit
 def halves_sum(h, XP: tl.constexpr):
     """The two f16 halves of h (int32 bits) summed in float32."""
     if XP == 2:
@@ -183,8 +203,11 @@ def pairs_rows(xp_ptr, w_ptr, s_ptr, z_ptr, rows, rmask, K: tl.constexpr, BK: tl
             x3 = tl.broadcast_to(tl.load(xb + 48, mask=xm, other=0)[None, :, :], (R, GB, 16))
         part = word_partial(words, x0, x1, x2, x3, z0, z1, XP)
         if WS > 1:  # WS words of the thread's row and group: their halves summed in f16 before float32
-            part = tl.reshape(part, (R, GB, 16 // WS, WS))
-            part = tl.reduce(part, 3, hadd2_emulated) if XP == 2 else tl.reduce(part, 3, hadd2)
+            if XP == 2:
+                part = tl.reshape(hadd2_rows_emulated(tl.reshape(part, (R * GB * (16 // WS), WS)), R * GB * (16 // WS), WS),
+                                  (R, GB, 16 // WS))
+            else:
+                part = tl.reduce(tl.reshape(part, (R, GB, 16 // WS, WS)), 3, hadd2)
         acc += halves_sum(part, XP) * scale[:, :, None]
         if LA:
             words, scale, zi = words_next, scale_next, zi_next
