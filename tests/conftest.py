@@ -163,7 +163,14 @@ def clone(dest: Path) -> Path:
 @pytest.fixture(scope="session")
 def bundled_report(tmp_path_factory):
     """A clone with the whole bundled report built (report/paper_tables.tex: every session under
-    results/raw/), once for the session's slow tests; they read it or copy it, never change it."""
+    results/raw/), once for the session's slow tests; they read it or copy it, never change it.
+    DECODEGAP_BUILT_REPORT names a clean clone where `make report` has just built it (.ci/run: the
+    same build from the same sessions, not made twice); its report/provenance.json must exist."""
+    given = os.environ.get("DECODEGAP_BUILT_REPORT")
+    if given:
+        root = Path(given)
+        assert (root / "report/provenance.json").is_file(), f"DECODEGAP_BUILT_REPORT={given}: no report/provenance.json there"
+        return root
     root = clone(tmp_path_factory.mktemp("bundled"))
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, "PATH": f"{exe.parent}:{os.environ['PATH']}"}

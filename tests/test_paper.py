@@ -189,9 +189,9 @@ def test_a_table_that_does_not_fit_fails_the_build(tmp_path):
 @needs_pdflatex
 def test_the_paper_builds_from_the_bundled_report(bundled_report, tmp_path):
     """The whole bundled report (every session under results/raw/), built in a clone, then the paper
-    (in a copy: the paper's files must not reach the other tests' report)."""
+    (from a copy of its report/: the paper's files must not reach the other tests' report)."""
     root = tmp_path / "bundled"
-    shutil.copytree(bundled_report, root, symlinks=True)
+    shutil.copytree(bundled_report / "report", root / "report", symlinks=True)
     report = _build_and_check(root, tmp_path)
     assert report.pages >= 20
     for table in ("matrix_h200", "floor", "published"):
