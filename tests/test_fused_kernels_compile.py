@@ -122,9 +122,15 @@ def _check(proc, rows):
     assert abs(bounds[("qwen2.5-7b", "dense")]["stored_GB"] - 14.14) < 0.01  # the ceiling's bytes: the real card's weights
 
 
-# every kernel the step launches, each variant, both head layouts (`python -m
-# decodegap.measure.fused_kernels.ahead --quick` is the one-layout check by hand, in 25 s)
+@pytest.mark.slow  # 25 s on a fast machine: every kernel through ptxas for sm_90 (CI runs it: pytest -m slow)
+def test_every_kernel_compiles_for_the_h200_without_spilling(tmp_path):
+    _check(*_compile_ahead(tmp_path, "--quick"))
+
+
+# every variant of both head layouts: over 16 minutes on a slow 2-core machine, past what CI's 90 can
+# hold beside the rest; run it with DECODEGAP_ALL_VARIANTS=1 pytest -m slow after changing a kernel
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("DECODEGAP_ALL_VARIANTS"), reason="every variant: DECODEGAP_ALL_VARIANTS=1 (over 16 min on 2 slow cores)")
 def test_every_kernel_variant_of_both_layouts_compiles_for_the_h200(tmp_path):
     proc, rows = _compile_ahead(tmp_path)
     _check(proc, rows)
