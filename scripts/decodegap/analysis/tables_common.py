@@ -134,8 +134,10 @@ def measured_gpus(stats: list[dict]) -> set[str]:
     return {s["cell"]["gpu"] for s in stats if s.get("n_sessions", 0) > 0 or s.get("status") not in (None, NOT_MEASURED)}
 
 
-def no_session_reason(gpu_display: str) -> str:
-    return f"{NOT_MEASURED}: no {gpu_display} session under results/raw/"
+def no_session_reason(gpu_display: str, cells: str) -> str:
+    """Why a GPU has no number here: none of the cells this artifact reads (`cells`, e.g. "matrix or A/B")
+    has a session of it. Said of those cells only: the GPU may have sessions of others (the fused step's)."""
+    return f"{NOT_MEASURED}: no {gpu_display} session of a {cells} cell"
 
 
 def text_lines(text: str, chars: int = PORTRAIT_CHARS) -> int:

@@ -93,7 +93,7 @@ def matrix_table(gpu_key: str, stats_files, plan_cells: list[dict], gpu: dict, m
     tex = environment().get_template("matrix.tex.j2").render(
         gpu_name=gpu["display_name"], gpu_key=gpu_key, pages=pages, symbols=symbols, notes_below=kept, note_pages=note_pages,
         n_measured=n_measured, n_cells=len(row_keys) * len(modes), b_peak=b_peak,
-        not_measured=None if has_sessions else no_session_reason(gpu["display_name"]),
+        not_measured=None if has_sessions else no_session_reason(gpu["display_name"], "matrix"),
     )
     _write(tex, out_tex, log, out_numbers)
 
@@ -107,20 +107,21 @@ def _host_nominal(log: NumberLog, s: dict, arm: str, cid: str) -> Markup | str:
     return log.num(f"ms_per_step/{cid}/host_nominal", a["median_ms"], 2, quantity="ms_per_step", **meta)
 
 
-def not_reproduced_reason(figure: dict, note: str, stats: list[dict], gpus: dict) -> str:
-    """Why a published figure has no reproduced value: a GPU without any session in the statistics
-    read, a measured GPU without the figure's cell, or a cell whose sessions did not complete."""
+def not_reproduced_reason(figure: dict, note: str, stats: list[dict], gpus: dict, cells: str) -> str:
+    """Why a published figure has no reproduced value: a GPU without any session of the `cells` read (its
+    sessions of other experiments do not count), a GPU with some of them but not the figure's cell, or a
+    cell whose sessions did not complete."""
     if note != NOT_MEASURED:
         return note
     name = gpus.get(figure["gpu"], {}).get("display_name", figure["gpu"])
     if figure["gpu"] not in measured_gpus(stats):
-        return no_session_reason(name)
+        return no_session_reason(name, cells)
     found = [s for s in candidates(figure, stats) if s.get("n_sessions", 0) > 0]
     if found:
         n = sum(s["n_sessions"] for s in found)
         return f"{NOT_MEASURED}: the matching {name} cell has {n} session{'s' if n != 1 else ''}, none completed"
     said = ", ".join(f"{k} {figure[k]}" for k in ("model", "ctx", "quant", "mode") if figure.get(k) is not None)
-    return f"{NOT_MEASURED}: {name} has sessions, but none of a cell with {said or 'these fields'}"
+    return f"{NOT_MEASURED}: {name} has sessions of {cells} cells, but none of a cell with {said or 'these fields'}"
 
 
 def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_tex, out_numbers) -> None:
@@ -166,7 +167,7 @@ def ab_table(stats_files, reference: list[dict], gpus: dict, models: dict, out_t
                      f"A {arms[0]}, B {arms[-1]}",
             "rows": [{"n": n["value"] if n else "--", "speedup": fmt(f["value"], 3),
                       "ci": f"[{fmt(low['value'], 3)}, {fmt(high['value'], 3)}]" if low and high else "--",
-                      "ratio": fmt(ours / f["value"], 3) if ours is not None else not_reproduced_reason(f, note, stats, gpus), "lines": 2}],
+                      "ratio": fmt(ours / f["value"], 3) if ours is not None else not_reproduced_reason(f, note, stats, gpus, "A/B"), "lines": 2}],
         })
     from decodegap.analysis.stats import StatsConfig
 
@@ -209,7 +210,7 @@ def published_table(stats_files, reference: list[dict], gpus: dict, models: dict
             rep = log.num(f"{f['key']}/reproduced", ours, digits, quantity=f["quantity"], **meta)
             ratio = log.num(f"{f['key']}/ratio", ours / f["value"], 3, quantity="ratio_to_published", reproduces=f["quantity"], **meta)
         else:
-            why = not_reproduced_reason(f, note, stats, gpus)  # one note per distinct reason
+            why = not_reproduced_reason(f, note, stats, gpus, "matrix or A/B")  # one note per distinct reason
             rep, ratio = Markup(rf"{escape(why.split(':')[0])}\textsuperscript{{{notes.mark(why)}}}"), "--"
         rows.append({
             "quantity": QUANTITY_LABEL.get(f["quantity"], f["quantity"]),
