@@ -127,7 +127,7 @@ def test_the_published_table_says_why_a_figure_is_not_reproduced(tmp_path):
                  figure("ms.h200.2k", gpu="h200", ctx=2048, mode="graphed")]     # reproduced
     tables.published_table(list(files.values()), reference, gpus, fixture_models(), tmp_path / "p.tex", tmp_path / "p.json")
     tex = (tmp_path / "p.tex").read_text()
-    assert "not measured: no L4 session of a matrix or A/B cell" in tex
+    assert "not measured: no L4 session in the matrix or A/B cells" in tex
     assert "not measured: H200 SXM has sessions of matrix or A/B cells, but none of a cell with model qwen2.5-7b, ctx 16384, quant bf16, mode graphed" in tex
     assert "not measured: the matching H200 SXM cell has 2 sessions, none completed" in tex
     assert tex.count("not measured\\textsuperscript") == 3  # each row marked, each reason one note
@@ -196,4 +196,4 @@ def test_the_paper_builds_from_the_bundled_report(bundled_report, tmp_path):
     assert report.pages >= 20
     for table in ("matrix_h200", "floor", "published"):
         assert f"\\input{{tables/{table}.tex}}" in (root / "report/paper.tex").read_text()
-    assert "no L4 session of a matrix or A/B cell" in (root / "report/tables/published.tex").read_text()
+    assert "no L4 session in the matrix or A/B cells" in (root / "report/tables/published.tex").read_text()

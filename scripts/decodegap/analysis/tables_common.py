@@ -137,7 +137,7 @@ def measured_gpus(stats: list[dict]) -> set[str]:
 def no_session_reason(gpu_display: str, cells: str) -> str:
     """Why a GPU has no number here: none of the cells this artifact reads (`cells`, e.g. "matrix or A/B")
     has a session of it. Said of those cells only: the GPU may have sessions of others (the fused step's)."""
-    return f"{NOT_MEASURED}: no {gpu_display} session of a {cells} cell"
+    return f"{NOT_MEASURED}: no {gpu_display} session in the {cells} cells"
 
 
 def text_lines(text: str, chars: int = PORTRAIT_CHARS) -> int:
